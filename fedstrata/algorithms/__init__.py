@@ -1,0 +1,1 @@
+"""Pure numpy multi-view clustering: client steps, sufficient statistics, server combine rules, estimators."""

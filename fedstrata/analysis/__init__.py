@@ -1,0 +1,1 @@
+"""Clustering metrics, run records, plots."""

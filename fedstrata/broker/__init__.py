@@ -1,0 +1,1 @@
+"""Real MQTT transport: asyncio node runner on aiomqtt."""

@@ -1,0 +1,1 @@
+"""Sans-IO node state machines: clients and aggregators at any tier."""

@@ -1,0 +1,1 @@
+"""Secure aggregation and differential privacy (sans-IO)."""

@@ -1,0 +1,1 @@
+"""Scenario files, datasets and partitioners."""

@@ -1,0 +1,1 @@
+"""Virtual-time simulation of a federation with SimPy."""

@@ -1,0 +1,244 @@
+"""Shared estimator shell: validation, restarts fitted as one batch, predict."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils import check_random_state
+
+from fedstrata.algorithms._validation import Constraint, check_params, check_views
+from fedstrata.algorithms.init import initial_centers
+from fedstrata.algorithms.kernels import KernelReference, kernel_reference
+from fedstrata.algorithms.multiview import (
+    MultiViewModel,
+    PreparedViews,
+    State,
+    local_statistics,
+    objective,
+    prepare_views,
+    state_from_statistics,
+    sum_statistics,
+)
+from fedstrata.errors import ConvergenceWarning, ValidationError
+
+__all__ = ["FitResult", "MultiViewEstimator", "fit_batched", "unique_restarts"]
+
+ScaleFn = Callable[[np.ndarray], np.ndarray] | None
+
+
+class FitResult:
+    """Outcome of :func:`fit_batched` for every restart (leading axis R)."""
+
+    def __init__(
+        self, state: State, objective: np.ndarray, n_iter: np.ndarray, history: list[list[float]]
+    ) -> None:
+        self.state = state
+        self.objective = objective
+        self.n_iter = n_iter
+        self.history = history
+
+
+def fit_batched(
+    pv: PreparedViews,
+    init: State,
+    model: MultiViewModel,
+    *,
+    max_iter: int,
+    tol: float,
+    view_scale: Callable[[np.ndarray], np.ndarray] | None = None,
+    warn: bool = True,
+) -> FitResult:
+    """Run the alternating updates for R restarts at once until |ΔJ| < tol (Alg. 1).
+
+    Converged restarts leave the batch, so the cost follows the slowest restart only
+    for the iterations it alone needs. ``view_scale(t)`` (1-based t) returns a per-view
+    δ multiplier (R, H) given each restart's iteration t (R,) (MVKM-ED's β schedule).
+    """
+    R = init.view_weights.shape[0]
+    state = init
+    active = np.arange(R)
+    prev = np.full(R, np.inf)
+    n_iter = np.zeros(R, dtype=np.int64)
+    history: list[list[float]] = [[] for _ in range(R)]
+    final_centers = [a.copy() for a in init.centers]
+    final_weights = init.view_weights.copy()
+    for t in range(1, max_iter + 1):
+        scale = None if view_scale is None else view_scale(np.full(active.size, t))
+        stats = local_statistics(pv, state, model, view_scale=scale)
+        new = state_from_statistics(sum_statistics([stats]), state, model)
+        J = objective(stats, new.view_weights, model.alpha)
+        for r, j in zip(active, J, strict=True):
+            history[r].append(float(j))
+        n_iter[active] = t
+        done = np.abs(prev[active] - J) < tol
+        prev[active] = J
+        state = new
+        if done.any() or t == max_iter:
+            finished = np.flatnonzero(done) if t < max_iter else np.arange(len(active))
+            for g, a in enumerate(state.centers):
+                final_centers[g][active[finished]] = a[finished]
+            final_weights[active[finished]] = state.view_weights[finished]
+            keep = np.flatnonzero(~done)
+            active = active[keep]
+            state = state.take(keep)
+            if active.size == 0:
+                break
+    if warn and (n_iter == max_iter).any() and tol > 0:
+        warnings.warn(
+            f"{int((n_iter == max_iter).sum())} of {R} restarts stopped at max_iter={max_iter} "
+            "before |ΔJ| < tol",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    final = State(tuple(final_centers), final_weights)
+    scale = None if view_scale is None else view_scale(np.maximum(n_iter, 1))
+    final_stats = local_statistics(pv, final, model, view_scale=scale)
+    return FitResult(final, objective(final_stats, final.view_weights, model.alpha), n_iter, history)
+
+
+def unique_restarts(init: State, rtol: float = 1e-10) -> list[int]:
+    """Indices of restarts whose initial centres differ (up to cluster order).
+
+    Lloyd-initialised restarts often land on the same partition; their trajectories are
+    then the same up to a relabelling, so fitting one of them is enough.
+    """
+    flat = np.concatenate([a for a in init.centers], axis=-1)  # (R, c, D)
+    keys = []
+    for r in range(flat.shape[0]):
+        order = np.lexsort(flat[r].T[::-1])
+        keys.append(np.concatenate([flat[r][order].ravel(), init.view_weights[r]]))
+    kept: list[int] = []
+    for r, key in enumerate(keys):
+        scale = np.abs(key).max() + 1.0
+        if all(np.abs(key - keys[q]).max() > rtol * scale for q in kept):
+            kept.append(r)
+    return kept
+
+
+class MultiViewEstimator(ClusterMixin, BaseEstimator):
+    """Base of fedstrata's multi-view clustering estimators (scikit-learn conventions).
+
+    ``fit(views)`` takes a list of (n, d_h) arrays, one per view. Subclasses define
+    ``_parameter_constraints`` and ``_model()``.
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+    _init_methods: ClassVar[tuple[str, ...]] = ("kmeans", "k-means++", "random")
+
+    def _model(self) -> MultiViewModel:
+        raise NotImplementedError
+
+    def _view_scale(self, pv: PreparedViews) -> ScaleFn:
+        return None
+
+    def _validate(self, views: Any) -> list[np.ndarray]:
+        check_params(type(self).__name__, self.get_params(deep=False), self._parameter_constraints)
+        data = check_views(views, min_samples=2)
+        if self.n_clusters > data[0].shape[0]:
+            raise ValidationError(
+                f"n_clusters={self.n_clusters} is larger than the number of samples "
+                f"({data[0].shape[0]})"
+            )
+        return data
+
+    def _initial_state(self, data: list[np.ndarray], rng: np.random.Generator) -> State:
+        H = len(data)
+        init = self.init
+        if isinstance(init, str):
+            if init not in self._init_methods:
+                raise ValidationError(
+                    f"{type(self).__name__}: init must be one of {self._init_methods} or a "
+                    f"list of per-view centre arrays; got {init!r}"
+                )
+            centers = initial_centers(
+                data, self.n_clusters, n_init=self.n_init, method=init, rng=rng
+            )
+        else:
+            if not isinstance(init, list | tuple) or len(init) != H:
+                raise ValidationError(f"init must be a list of {H} arrays (one per view)")
+            centers = []
+            for h, (a, X) in enumerate(zip(init, data, strict=True)):
+                a = np.asarray(a, dtype=np.float64)
+                if a.shape != (self.n_clusters, X.shape[1]) or not np.isfinite(a).all():
+                    raise ValidationError(
+                        f"init[{h}] must be a finite ({self.n_clusters}, {X.shape[1]}) array"
+                    )
+                centers.append(a[None])
+            centers = tuple(centers)
+        R = centers[0].shape[0]
+        return State(tuple(centers), np.full((R, H), 1.0 / H))
+
+    def fit(self, views: Any, y: Any = None) -> MultiViewEstimator:
+        """Fit the model to multi-view data; ``views`` is a list of (n, d_h) arrays."""
+        data = self._validate(views)
+        rng = np.random.default_rng(check_random_state(self.random_state).randint(2**31 - 1))
+        model = self._model()
+        self.kernel_references_ = [kernel_reference(X) for X in data]
+        pv = prepare_views(data, model)
+        init = self._initial_state(data, rng)
+        # Restarts run one at a time: batching them is memory-bound and slower on (c, n)
+        # arrays; restarts that start from the same centres are fitted once.
+        best = None
+        for r in unique_restarts(init):
+            res = fit_batched(
+                pv,
+                init.take(np.array([r])),
+                model,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                view_scale=self._view_scale(pv),
+            )
+            if best is None or res.objective[0] < best.objective[0]:
+                best = res
+        assert best is not None
+        self._set_fitted(pv, best.state.take(0), model)
+        self.objective_ = float(best.objective[0])
+        self.n_iter_ = int(best.n_iter[0])
+        self.objective_history_ = np.asarray(best.history[0])
+        return self
+
+    def _set_fitted(self, pv: PreparedViews, state: State, model: MultiViewModel) -> None:
+        self.state_ = state
+        self.centers_ = [np.array(a) for a in state.centers]
+        self.view_weights_ = np.array(state.view_weights)
+        self.memberships_ = self._memberships(pv, state, model)
+        self.labels_ = self.memberships_.argmax(axis=1)
+        self.n_features_in_ = [X.shape[1] for X in pv.views]
+
+    def _memberships(self, pv: PreparedViews, state: State, model: MultiViewModel) -> np.ndarray:
+        return local_statistics(pv, state, model).memberships  # type: ignore[return-value]
+
+    def _prepare_new(self, views: Any) -> PreparedViews:
+        if not hasattr(self, "state_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
+        data = check_views(views)
+        if [X.shape[1] for X in data] != self.n_features_in_:
+            raise ValidationError(
+                f"expected views with {self.n_features_in_} features, got "
+                f"{[X.shape[1] for X in data]}"
+            )
+        refs: list[KernelReference] = self.kernel_references_
+        return prepare_views(data, self._model(), references=refs)
+
+    def predict_memberships(self, views: Any) -> np.ndarray:
+        """Memberships (n, c) of new samples under the fitted centres and weights.
+
+        Heat-kernel coefficients of the new samples are measured against the training
+        data's per-feature statistics.
+        """
+        pv = self._prepare_new(views)
+        return self._memberships(pv, self.state_, self._model())
+
+    def predict(self, views: Any) -> np.ndarray:
+        """Hard labels of new samples (argmax of :meth:`predict_memberships`)."""
+        return self.predict_memberships(views).argmax(axis=1)
+
+    def fit_predict(self, views: Any, y: Any = None, **kwargs: Any) -> np.ndarray:
+        """Fit and return ``labels_``."""
+        return self.fit(views).labels_

@@ -168,6 +168,18 @@ class Stats:
     n_samples: int
     memberships: np.ndarray | None = field(default=None, repr=False, compare=False)
 
+    def take(self, index: int) -> Stats:
+        """Select one restart along the leading batch axis."""
+        return Stats(
+            center_num=tuple(a[index] for a in self.center_num),
+            center_den=tuple(a[index] for a in self.center_den),
+            view_costs=self.view_costs[index],
+            cluster_mass=self.cluster_mass[index],
+            view_counts=self.view_counts,
+            n_samples=self.n_samples,
+            memberships=None if self.memberships is None else self.memberships[index],
+        )
+
 
 def prepare_views(
     views: Sequence[np.ndarray],

@@ -1,0 +1,229 @@
+"""The edge client: holds local views, answers each round's model with an update.
+
+Sans-IO: :meth:`ClientNode.handle` takes an event and returns effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from fedstrata import wire
+from fedstrata.algorithms._base import fit_batched
+from fedstrata.algorithms.combine import ParamUpdate, personalize
+from fedstrata.algorithms.init import initial_centers
+from fedstrata.algorithms.kernels import kernel_reference
+from fedstrata.algorithms.multiview import (
+    MultiViewModel,
+    PreparedViews,
+    State,
+    local_statistics,
+    objective,
+    prepare_views,
+)
+from fedstrata.errors import NodeProtocolError, WireError
+from fedstrata.mqtt import down_topic, up_topic
+from fedstrata.nodes.config import Address, ProtocolConfig
+from fedstrata.nodes.events import (
+    Compute,
+    Delivered,
+    Effect,
+    Event,
+    Finished,
+    PeerLost,
+    Publish,
+    Record,
+    Started,
+    Subscribe,
+    TimerFired,
+)
+from fedstrata.nodes.messages import (
+    Shape,
+    params_partial,
+    read_references,
+    read_state,
+    references_body,
+    stats_partial,
+)
+
+__all__ = ["ClientNode", "ClientState"]
+
+
+class ClientState(Enum):
+    """Lifecycle of a client."""
+
+    NEW = "new"
+    RUNNING = "running"
+    DONE = "done"
+    ERROR = "error"
+
+
+def _batched(state: State) -> State:
+    return State(tuple(a[None] for a in state.centers), state.view_weights[None])
+
+
+class ClientNode:
+    """An edge client of a (hierarchical) synchronous federation.
+
+    Parameters
+    ----------
+    node_id
+        Unique id, also the envelope sender.
+    parent
+        The aggregator it reports to.
+    views
+        Its local data, validated (n, d_h) arrays.
+    model
+        Clustering hyper-parameters.
+    protocol
+        Protocol settings.
+    seed
+        Seed of its own random generator (local initialisation).
+    """
+
+    tier = "edge"
+
+    def __init__(
+        self,
+        node_id: str,
+        *,
+        parent: Address,
+        views: Sequence[np.ndarray],
+        model: MultiViewModel,
+        protocol: ProtocolConfig,
+        seed: int = 0,
+    ) -> None:
+        self.node_id = node_id
+        self.parent = parent
+        self.views = [np.asarray(v, dtype=np.float64) for v in views]
+        self.model = model
+        self.protocol = protocol
+        self.shape = Shape(model.n_clusters, tuple(v.shape[1] for v in self.views))
+        self.rng = np.random.default_rng(seed)
+        self.state = ClientState.NEW
+        self._prepared: PreparedViews | None = None
+        self._refs_key: bytes | None = None
+        self._local: State | None = None
+        self._seen: set[tuple[int, int]] = set()
+        self.result: dict[str, Any] | None = None
+
+    @property
+    def n_samples(self) -> int:
+        """Number of local samples."""
+        return self.views[0].shape[0]
+
+    def handle(self, event: Event) -> list[Effect]:
+        """Consume one event and return the effects to carry out."""
+        if self.state is ClientState.ERROR:
+            raise NodeProtocolError(f"{type(event).__name__} not allowed in state ERROR")
+        if isinstance(event, Started):
+            if self.state is not ClientState.NEW:
+                raise NodeProtocolError("Started not allowed after start")
+            self.state = ClientState.RUNNING
+            return [Subscribe(pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group), qos=self.protocol.qos)]
+        if self.state is ClientState.NEW:
+            raise NodeProtocolError(f"{type(event).__name__} not allowed before Started")
+        if self.state is ClientState.DONE or isinstance(event, TimerFired | PeerLost):
+            return []
+        if isinstance(event, Delivered):
+            try:
+                env = wire.decode(event.payload)
+                return self._on_model(env)
+            except WireError as exc:
+                return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
+        raise NodeProtocolError(f"unknown event {type(event).__name__}")
+
+    # -- protocol ------------------------------------------------------------------
+
+    def _publish(self, round_: int, body: dict[str, Any]) -> Publish:
+        env = wire.Envelope(
+            kind="update", run=self.protocol.run, round=round_, tier=self.tier, sender=self.node_id, body=body
+        )
+        return Publish(
+            topic=up_topic(self.protocol.run, self.parent.tier, self.parent.group),
+            payload=wire.encode(env),
+            qos=self.protocol.qos,
+        )
+
+    def _on_model(self, env: wire.Envelope) -> list[Effect]:
+        if env.kind != "model":
+            raise WireError(f"a client expects model messages, got {env.kind!r}")
+        body = env.body
+        phase = body.get("phase")
+        sub = body.get("sub", 0)
+        if not isinstance(sub, int):
+            raise WireError("body field 'sub' must be an int")
+        key = (env.round, sub)
+        if key in self._seen:  # QoS 1 duplicate or retained replay
+            return [Record(kind="duplicate", fields={"node": self.node_id, "round": env.round})]
+        self._seen.add(key)
+        if phase == "setup":
+            return self._setup(env.round)
+        if phase == "iter":
+            return self._iterate(env.round, body)
+        if phase == "final":
+            return self._finish(env.round, body)
+        raise WireError(f"unknown model phase {phase!r}")
+
+    def _flops(self, iters: int) -> float:
+        per = self.n_samples * self.model.n_clusters * sum(self.shape.dims)
+        return float(per * iters * self.protocol.flops_per_element)
+
+    def _setup(self, round_: int) -> list[Effect]:
+        refs = [kernel_reference(X) for X in self.views]
+        init = initial_centers(self.views, self.model.n_clusters, n_init=1, rng=self.rng) if self.n_samples >= self.model.n_clusters else None
+        body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
+        if init is not None:
+            body["init"] = [a[0] for a in init]
+            body["init_n"] = self.n_samples
+        return [Compute(flops=self._flops(10)), self._publish(round_, body)]
+
+    def _prepare(self, body: dict[str, Any]) -> PreparedViews:
+        refs = read_references(body, self.shape) if "refs" in body else None
+        key = None if refs is None else b"".join(r.minimum.tobytes() + r.maximum.tobytes() + r.total.tobytes() for r in refs)
+        if self._prepared is None or key != self._refs_key:
+            self._prepared = prepare_views(self.views, self.model, references=refs)
+            self._refs_key = key
+        return self._prepared
+
+    def _iterate(self, round_: int, body: dict[str, Any]) -> list[Effect]:
+        glob = _batched(read_state(body, self.shape))
+        pv = self._prepare(body)
+        if self.protocol.rule == "sum":
+            stats = local_statistics(pv, glob, self.model)
+            partial = stats_partial(stats.take(0), float(objective(stats, glob.view_weights, self.model.alpha)[0]))
+            if body.get("sub"):
+                partial["sub"] = int(body["sub"])
+            return [Compute(flops=self._flops(1)), self._publish(round_, partial)]
+        start = glob if self._local is None else personalize(glob, self._local, self.protocol.gamma, self.protocol.rho)
+        res = fit_batched(pv, start, self.model, max_iter=self.protocol.local_iters, tol=self.protocol.tol, warn=False)
+        self._local = res.state
+        stats = local_statistics(pv, res.state, self.model)
+        update = ParamUpdate(
+            centers=tuple(a[0] for a in res.state.centers),
+            view_weights=res.state.view_weights[0],
+            n_samples=self.n_samples,
+            cluster_mass=stats.cluster_mass[0],
+            objective=float(res.objective[0]),
+        )
+        partial = params_partial(update, self.protocol.rule)
+        if body.get("sub"):
+            partial["sub"] = int(body["sub"])
+        return [Compute(flops=self._flops(int(res.n_iter[0]) + 1)), self._publish(round_, partial)]
+
+    def _finish(self, round_: int, body: dict[str, Any]) -> list[Effect]:
+        glob = _batched(read_state(body, self.shape))
+        pv = self._prepare(body)
+        U = local_statistics(pv, glob, self.model).memberships[0]
+        self.state = ClientState.DONE
+        self.result = {"labels": U.argmax(axis=1), "memberships": np.array(U)}
+        if self._local is not None:
+            self.result["personal_state"] = self._local.take(0)
+        return [
+            Compute(flops=self._flops(1)),
+            Record(kind="client_done", fields={"node": self.node_id, "round": round_}),
+            Finished(result=self.result),
+        ]

@@ -1,0 +1,279 @@
+"""Message bodies of the clustering protocol, to and from algorithm objects.
+
+Bodies are plain dicts for :mod:`fedstrata.wire`. Every reader checks the shapes
+against the federation's :class:`Shape` and raises :class:`WireError`, so a node
+counts and drops a malformed message instead of crashing on it.
+
+Update bodies are *additive partials*: a middle-tier aggregator sums the partials
+of its children into one partial of the same form, so any tree of aggregators gives
+the same total as a flat one.
+
+* ``mode="stats"``: summed sufficient statistics (exact rule ``"sum"``);
+* ``mode="params"``: weight-premultiplied parameters Σ w A_ℓ, Σ w V_ℓ and the weight
+  sums (rules ``"weighted"``, w = n(ℓ), and ``"mean"``, w = 1; Eq. 74/75/77);
+* ``mode="items"``: a list of individual parameter updates, concatenated on the way up
+  (rule ``"median"``, Eq. 76, which is no sum: the root needs every item).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedstrata.algorithms.combine import ParamUpdate, coordinate_median
+from fedstrata.algorithms.kernels import KernelReference, merge_kernel_references
+from fedstrata.algorithms.multiview import State, Stats
+from fedstrata.errors import WireError
+
+__all__ = [
+    "Shape",
+    "add_partials",
+    "params_partial",
+    "read_references",
+    "read_state",
+    "references_body",
+    "solve_params",
+    "state_body",
+    "stats_partial",
+    "to_stats",
+]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Sizes every message of a federation must agree with."""
+
+    n_clusters: int
+    dims: tuple[int, ...]
+
+    @property
+    def n_views(self) -> int:
+        """Number of views."""
+        return len(self.dims)
+
+
+def _array(body: dict[str, Any], key: str, shape: tuple[int, ...]) -> np.ndarray:
+    value = body.get(key)
+    if not isinstance(value, np.ndarray):
+        raise WireError(f"body field {key!r} must be an array")
+    if value.shape != shape:
+        raise WireError(f"body field {key!r} has shape {value.shape}, expected {shape}")
+    if value.dtype.kind not in "fiu":
+        raise WireError(f"body field {key!r} must be numeric, got {value.dtype}")
+    arr = value.astype(np.float64, copy=False)
+    if not np.isfinite(arr).all():
+        raise WireError(f"body field {key!r} holds NaN or infinite values")
+    return arr
+
+
+def _arrays(body: dict[str, Any], key: str, shapes: Sequence[tuple[int, ...]], optional: bool = False) -> list[Any]:
+    value = body.get(key)
+    if not isinstance(value, list) or len(value) != len(shapes):
+        raise WireError(f"body field {key!r} must be a list of {len(shapes)} arrays")
+    out: list[Any] = []
+    for h, (item, shape) in enumerate(zip(value, shapes, strict=True)):
+        if item is None and optional:
+            out.append(None)
+            continue
+        out.append(_array({f"{key}[{h}]": item}, f"{key}[{h}]", shape))
+    return out
+
+
+def _int(body: dict[str, Any], key: str, minimum: int = 0) -> int:
+    value = body.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise WireError(f"body field {key!r} must be an int >= {minimum}")
+    return value
+
+
+def state_body(state: State) -> dict[str, Any]:
+    """Body fields of a global state (unbatched)."""
+    return {"centers": list(state.centers), "view_weights": state.view_weights}
+
+
+def read_state(body: dict[str, Any], shape: Shape) -> State:
+    """Parse and check a global state from a model body."""
+    centers = _arrays(body, "centers", [(shape.n_clusters, d) for d in shape.dims])
+    v = _array(body, "view_weights", (shape.n_views,))
+    if (v < 0).any() or abs(v.sum() - 1.0) > 1e-6:
+        raise WireError("view_weights must be non-negative and sum to 1")
+    return State(tuple(centers), v)
+
+
+def references_body(refs: Sequence[KernelReference]) -> dict[str, Any]:
+    """Body field for per-view kernel references (min, max, sum, count)."""
+    return {
+        "refs": [
+            {"min": r.minimum, "max": r.maximum, "sum": r.total, "count": int(r.count)} for r in refs
+        ]
+    }
+
+
+def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference]:
+    """Parse per-view kernel references."""
+    refs = body.get("refs")
+    if not isinstance(refs, list) or len(refs) != shape.n_views:
+        raise WireError(f"body field 'refs' must be a list of {shape.n_views} maps")
+    out = []
+    for h, (item, d) in enumerate(zip(refs, shape.dims, strict=True)):
+        if not isinstance(item, dict):
+            raise WireError(f"refs[{h}] must be a map")
+        out.append(
+            KernelReference(
+                _array(item, "min", (d,)),
+                _array(item, "max", (d,)),
+                _array(item, "sum", (d,)),
+                _int(item, "count", 1),
+            )
+        )
+    return out
+
+
+def stats_partial(stats: Stats, objective: float = 0.0) -> dict[str, Any]:
+    """An additive ``stats`` partial from (unbatched) statistics."""
+    return {
+        "mode": "stats",
+        "num": list(stats.center_num),
+        "den": list(stats.center_den),
+        "costs": stats.view_costs,
+        "mass": stats.cluster_mass,
+        "counts": stats.view_counts.astype(np.int64),
+        "n": int(stats.n_samples),
+        "contributors": 1,
+        "objective": float(objective),
+    }
+
+
+def to_stats(body: dict[str, Any], shape: Shape) -> Stats:
+    """Read a ``stats`` partial back into :class:`Stats`."""
+    cd = [(shape.n_clusters, d) for d in shape.dims]
+    return Stats(
+        center_num=tuple(_arrays(body, "num", cd)),
+        center_den=tuple(_arrays(body, "den", cd)),
+        view_costs=_array(body, "costs", (shape.n_views,)),
+        cluster_mass=_array(body, "mass", (shape.n_clusters,)),
+        view_counts=_array(body, "counts", (shape.n_views,)).astype(np.int64),
+        n_samples=_int(body, "n"),
+    )
+
+
+def params_partial(update: ParamUpdate, rule: str) -> dict[str, Any]:
+    """An additive partial for a parameter update under ``rule``.
+
+    ``weighted``/``mean`` pre-multiply by the client's weight (n(ℓ) or 1), which is
+    what lets sums travel through aggregators and secure aggregation. ``median``
+    wraps the update as a one-item list.
+    """
+    held = update.held.astype(np.float64)
+    item = {
+        "centers": [a for a in update.centers],
+        "view_weights": update.view_weights,
+        "n": int(update.n_samples),
+        "objective": float(update.objective or 0.0),
+    }
+    if rule == "median":
+        return {"mode": "items", "items": [item], "contributors": 1, "n": int(update.n_samples),
+                "objective": float(update.objective or 0.0)}
+    w = float(update.n_samples) if rule == "weighted" else 1.0
+    return {
+        "mode": "params",
+        "wcenters": [None if a is None else w * a for a in update.centers],
+        "wviews": w * update.view_weights,
+        "wheld": w * held,
+        "n": int(update.n_samples),
+        "contributors": 1,
+        "objective": float(update.objective or 0.0),
+    }
+
+
+def _check_partial(body: dict[str, Any], shape: Shape) -> str:
+    mode = body.get("mode")
+    if mode not in ("stats", "params", "items"):
+        raise WireError(f"unknown update mode {mode!r}")
+    _int(body, "n")
+    _int(body, "contributors", 1)
+    if not isinstance(body.get("objective"), float):
+        raise WireError("body field 'objective' must be a float")
+    cd = [(shape.n_clusters, d) for d in shape.dims]
+    if mode == "stats":
+        to_stats(body, shape)
+    elif mode == "params":
+        _arrays(body, "wcenters", cd, optional=True)
+        _array(body, "wviews", (shape.n_views,))
+        _array(body, "wheld", (shape.n_views,))
+    else:
+        items = body.get("items")
+        if not isinstance(items, list) or not items:
+            raise WireError("body field 'items' must be a non-empty list")
+        for item in items:
+            if not isinstance(item, dict):
+                raise WireError("each item must be a map")
+            _arrays(item, "centers", cd, optional=True)
+            _array(item, "view_weights", (shape.n_views,))
+            _int(item, "n")
+    return mode
+
+
+def add_partials(partials: Sequence[dict[str, Any]], shape: Shape) -> dict[str, Any]:
+    """Sum partials of one mode (concatenate for ``items``); validates every input."""
+    if not partials:
+        raise WireError("nothing to add")
+    modes = {_check_partial(p, shape) for p in partials}
+    if len(modes) != 1:
+        raise WireError(f"cannot add partials of different modes {sorted(modes)}")
+    mode = modes.pop()
+    out: dict[str, Any] = {
+        "mode": mode,
+        "n": sum(p["n"] for p in partials),
+        "contributors": sum(p["contributors"] for p in partials),
+        "objective": float(sum(p["objective"] for p in partials)),
+    }
+    if mode == "items":
+        out["items"] = [item for p in partials for item in p["items"]]
+        return out
+    keys = ("num", "den", "costs", "mass", "counts") if mode == "stats" else ("wcenters", "wviews", "wheld")
+    for key in keys:
+        first = partials[0][key]
+        if isinstance(first, list):
+            out[key] = [
+                _sum_optional([p[key][h] for p in partials]) for h in range(len(first))
+            ]
+        else:
+            out[key] = sum(p[key] for p in partials)
+    return out
+
+
+def _sum_optional(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def solve_params(body: dict[str, Any], shape: Shape, previous: State) -> State:
+    """Root step for parameter partials: divide the weighted sums, or take the median.
+
+    A view no contributor holds keeps its previous centres.
+    """
+    if body["mode"] == "items":
+        updates = [
+            ParamUpdate(tuple(item["centers"]), np.asarray(item["view_weights"], float), item["n"])
+            for item in body["items"]
+        ]
+        return coordinate_median(updates)
+    wheld = np.asarray(body["wheld"], dtype=np.float64)
+    centers = []
+    for h, wc in enumerate(body["wcenters"]):
+        centers.append(previous.centers[h] if wc is None or wheld[h] <= 0 else wc / wheld[h])
+    v = np.where(wheld > 0, np.asarray(body["wviews"]) / np.where(wheld > 0, wheld, 1.0), 0.0)
+    v = np.clip(v, 0.0, None)
+    v = v / v.sum() if v.sum() > 0 else previous.view_weights
+    return State(tuple(centers), v)
+
+
+def merge_reference_bodies(bodies: Sequence[dict[str, Any]], shape: Shape) -> dict[str, Any]:
+    """Merge children's kernel references (min of mins, max of maxes, sums)."""
+    per_client = [read_references(b, shape) for b in bodies]
+    merged = [merge_kernel_references([refs[h] for refs in per_client]) for h in range(shape.n_views)]
+    return references_body(merged)

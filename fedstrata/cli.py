@@ -1,0 +1,180 @@
+"""The ``fedstrata`` command line: cluster, validate, run.
+
+Every :class:`~fedstrata.errors.FedstrataError` becomes one clear line on stderr
+and a non-zero exit code; a Python traceback reaching a user is a bug.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from fedstrata.errors import FedstrataError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="fedstrata",
+    help="Federated multi-view clustering over hierarchical edge-fog-cloud networks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+F = TypeVar("F", bound=Callable[..., Any])
+
+ALGORITHMS = ("hk-mvfc", "mvfcm", "mvkm-ed", "concat-kmeans")
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _make_estimator(name: str, n_clusters: int, seed: int, **params: Any) -> Any:
+    from fedstrata.algorithms import HKMVFC, MVFCM, MVKMED, ConcatKMeans
+
+    factories = {"hk-mvfc": HKMVFC, "mvfcm": MVFCM, "mvkm-ed": MVKMED, "concat-kmeans": ConcatKMeans}
+    if name not in factories:
+        raise FedstrataError(f"unknown algorithm {name!r}; choose one of {', '.join(factories)}")
+    return factories[name](n_clusters, random_state=seed, **params)
+
+
+@app.command()
+def cluster(
+    dataset: str = typer.Option("heat-kernel-synthetic", help="Dataset name."),
+    algorithm: str = typer.Option("hk-mvfc", help=f"One of {', '.join(ALGORITHMS)}."),
+    n_clusters: int = typer.Option(0, help="Number of clusters (default: the dataset's classes)."),
+    seed: int = typer.Option(0, help="Random seed for data and fit."),
+    kernel: str = typer.Option("type1", help="hk-mvfc heat kernel: type1, type2, none."),
+    center_update: str = typer.Option("paper", help="hk-mvfc centre update: paper, exact, derivation."),
+    m: float = typer.Option(2.0, help="Fuzzifier (hk-mvfc, mvfcm)."),
+    alpha: float = typer.Option(5.0, help="View-weight exponent."),
+    n_init: int = typer.Option(10, help="Restarts."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Cluster a dataset centrally and print ACC/NMI/ARI, objective, view weights and time."""
+    from fedstrata.analysis.metrics import evaluate
+    from fedstrata.scenarios.datasets import load_dataset
+
+    ds = load_dataset(dataset, random_state=seed)
+    c = n_clusters or ds.n_clusters
+    params: dict[str, Any] = {"n_init": n_init}
+    if algorithm == "hk-mvfc":
+        params.update(kernel=kernel, center_update=center_update, m=m, alpha=alpha)
+    elif algorithm == "mvfcm":
+        params.update(m=m, alpha=alpha)
+    elif algorithm == "mvkm-ed":
+        params.update(alpha=alpha if alpha != 5.0 else 2.0)
+    est = _make_estimator(algorithm, c, seed, **params)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(ds.views)
+    elapsed = time.perf_counter() - t0
+    scores = evaluate(ds.labels, est.labels_)
+    result = {
+        "dataset": ds.name,
+        "n_samples": ds.n_samples,
+        "n_views": ds.n_views,
+        "algorithm": algorithm,
+        "n_clusters": c,
+        **{k: round(float(v), 6) for k, v in scores.items()},
+        "objective": float(est.objective_),
+        "n_iter": int(est.n_iter_),
+        "view_weights": [round(float(v), 6) for v in getattr(est, "view_weights_", [])],
+        "time_s": round(elapsed, 4),
+        "warnings": [str(w.message) for w in caught],
+    }
+    if as_json:
+        out.print_json(json.dumps(result))
+        return
+    out.print(f"[bold]{algorithm}[/] on {ds.name} (n={ds.n_samples}, views={ds.n_views}, c={c})")
+    out.print(
+        f"ACC {scores['acc']:.4f}   NMI {scores['nmi']:.4f}   ARI {scores['ari']:.4f}   "
+        f"RI {scores['ri']:.4f}   purity {scores['purity']:.4f}"
+    )
+    out.print(f"objective {est.objective_:.6g}   iterations {est.n_iter_}   time {elapsed:.3f} s")
+    if result["view_weights"]:
+        out.print("view weights " + "  ".join(f"{v:.4f}" for v in result["view_weights"]))
+    for w in result["warnings"]:
+        out.print(f"[yellow]warning:[/] {w}")
+
+
+@app.command()
+def validate(files: list[Path] = typer.Argument(..., help="Scenario files.")) -> None:
+    """Check scenario files; print one line per problem and exit non-zero if any."""
+    from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
+
+    bad = 0
+    for f in files:
+        try:
+            load_scenario(f)
+        except ScenarioErrors as exc:
+            bad += 1
+            for e in exc.errors:
+                err.print(e.located(), highlight=False, soft_wrap=True)
+            continue
+        out.print(f"{f}: ok", highlight=False)
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    scenario: Path = typer.Argument(..., help="Scenario file (YAML)."),
+    out_dir: Path = typer.Option(Path("runs/latest"), "--out", help="Output directory."),
+    seed: int | None = typer.Option(None, help="Override the scenario's seed."),
+    events: bool = typer.Option(False, "--events", help="Also write events.jsonl."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Simulate a scenario in virtual time; write summary.json, rounds.csv and plots."""
+    from fedstrata.sim.harness import run_scenario
+    from fedstrata.scenarios.loader import load_scenario
+
+    sc = load_scenario(scenario)
+    summary = run_scenario(sc, out_dir, seed=seed, events=events or sc.output.events, plots=plots and sc.output.plots, progress=not quiet)
+    m = summary["metrics"]
+    out.print(
+        f"[bold]{sc.name}[/]: {summary['rounds']} rounds, converged={summary['converged']}, "
+        f"{summary['bytes_total']:,} bytes, {summary['messages']:,} messages "
+        f"({summary['messages_dropped']:,} dropped), virtual {summary['virtual_time_s']:.3f} s, "
+        f"wall {summary['wall_time_s']:.2f} s"
+    )
+    out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}   -> {out_dir}")
+
+
+def main() -> None:
+    """Entry point: run the app, turning fedstrata errors into one line and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except FedstrataError as exc:
+        located = getattr(exc, "located", None)
+        msg = located() if callable(located) else str(exc)
+        for line in msg.splitlines():
+            err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(1)
+        raise

@@ -139,7 +139,7 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Simulate a scenario in virtual time; write summary.json, rounds.csv and plots."""
-    from fedstrata.sim.harness import run_scenario
+    from fedstrata.scenarios.run import run_scenario
     from fedstrata.scenarios.loader import load_scenario
 
     sc = load_scenario(scenario)

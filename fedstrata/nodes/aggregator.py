@@ -316,7 +316,10 @@ class AggregatorNode:
                 self.state = AggregatorState.DONE
                 return [Record(kind="failed", fields={"node": self.node_id, "reason": "setup never reached quorum"}), Finished(result=None)]
             return self._broadcast(self.round + 1, self._model_body("setup", None))
-        return self._broadcast(self.round + 1, self._model_body("iter", self.global_state))
+        return [
+            Record(kind="init", fields={"node": self.node_id, "state": self.global_state}),
+            *self._broadcast(self.round + 1, self._model_body("iter", self.global_state)),
+        ]
 
     def _root_finish(self) -> list[Effect]:
         self.state = AggregatorState.DONE

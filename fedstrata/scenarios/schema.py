@@ -296,7 +296,7 @@ class Scenario(_Strict):
                 for node in nodes:
                     if node not in everything:
                         _fail(f"faults.{kind}", f"no node {node!r}")
-        for tier, below in zip([*names], [*names[1:], "edge"], strict=True):
+        for tier, below in zip(names, [*names[1:], "edge"][: len(names)], strict=True):
             if len(ids[below]) < len(ids[tier]):
                 _fail("topology.tiers", f"tier {tier!r} has more nodes than the tier below it ({below})")
         if not names and topo.clients.count < 1:

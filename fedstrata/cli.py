@@ -43,7 +43,12 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 def _make_estimator(name: str, n_clusters: int, seed: int, **params: Any) -> Any:
     from fedstrata.algorithms import HKMVFC, MVFCM, MVKMED, ConcatKMeans
 
-    factories = {"hk-mvfc": HKMVFC, "mvfcm": MVFCM, "mvkm-ed": MVKMED, "concat-kmeans": ConcatKMeans}
+    factories = {
+        "hk-mvfc": HKMVFC,
+        "mvfcm": MVFCM,
+        "mvkm-ed": MVKMED,
+        "concat-kmeans": ConcatKMeans,
+    }
     if name not in factories:
         raise FedstrataError(f"unknown algorithm {name!r}; choose one of {', '.join(factories)}")
     return factories[name](n_clusters, random_state=seed, **params)
@@ -56,7 +61,9 @@ def cluster(
     n_clusters: int = typer.Option(0, help="Number of clusters (default: the dataset's classes)."),
     seed: int = typer.Option(0, help="Random seed for data and fit."),
     kernel: str = typer.Option("type1", help="hk-mvfc heat kernel: type1, type2, none."),
-    center_update: str = typer.Option("paper", help="hk-mvfc centre update: paper, exact, derivation."),
+    center_update: str = typer.Option(
+        "paper", help="hk-mvfc centre update: paper, exact, derivation."
+    ),
     m: float = typer.Option(2.0, help="Fuzzifier (hk-mvfc, mvfcm)."),
     alpha: float = typer.Option(5.0, help="View-weight exponent."),
     n_init: int = typer.Option(10, help="Restarts."),
@@ -139,11 +146,18 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Simulate a scenario in virtual time; write summary.json, rounds.csv and plots."""
-    from fedstrata.scenarios.run import run_scenario
     from fedstrata.scenarios.loader import load_scenario
+    from fedstrata.scenarios.run import run_scenario
 
     sc = load_scenario(scenario)
-    summary = run_scenario(sc, out_dir, seed=seed, events=events or sc.output.events, plots=plots and sc.output.plots, progress=not quiet)
+    summary = run_scenario(
+        sc,
+        out_dir,
+        seed=seed,
+        events=events or sc.output.events,
+        plots=plots and sc.output.plots,
+        progress=not quiet,
+    )
     m = summary["metrics"]
     out.print(
         f"[bold]{sc.name}[/]: {summary['rounds']} rounds, converged={summary['converged']}, "

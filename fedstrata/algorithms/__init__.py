@@ -1,4 +1,4 @@
-"""Pure numpy multi-view clustering: client steps, sufficient statistics, server combine rules, estimators.
+"""Pure numpy multi-view clustering: client steps, statistics, server rules, estimators.
 
 The estimators follow scikit-learn conventions (``fit(views)`` with a list of
 (n, d_h) arrays). The federated building blocks are pure functions:

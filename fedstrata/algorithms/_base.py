@@ -97,7 +97,9 @@ def fit_batched(
     final = State(tuple(final_centers), final_weights)
     scale = None if view_scale is None else view_scale(np.maximum(n_iter, 1))
     final_stats = local_statistics(pv, final, model, view_scale=scale)
-    return FitResult(final, objective(final_stats, final.view_weights, model.alpha), n_iter, history)
+    return FitResult(
+        final, objective(final_stats, final.view_weights, model.alpha), n_iter, history
+    )
 
 
 def unique_restarts(init: State, rtol: float = 1e-10) -> list[int]:

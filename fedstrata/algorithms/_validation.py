@@ -28,9 +28,7 @@ def interval(
 
     def check(value: Any) -> str | None:
         ok_type = (
-            isinstance(value, numbers.Integral)
-            if integral
-            else isinstance(value, numbers.Real)
+            isinstance(value, numbers.Integral) if integral else isinstance(value, numbers.Real)
         )
         if isinstance(value, bool) or not ok_type:
             return f"must be {'an int' if integral else 'a real number'}, got {value!r}"
@@ -64,9 +62,7 @@ def check_params(owner: str, params: Mapping[str, Any], table: Mapping[str, Cons
             raise ValidationError(f"{owner}: parameter {name!r} {problem}")
 
 
-def check_views(
-    views: Any, *, min_samples: int = 1, name: str = "views"
-) -> list[np.ndarray]:
+def check_views(views: Any, *, min_samples: int = 1, name: str = "views") -> list[np.ndarray]:
     """Validate multi-view data and return it as a list of C-contiguous float64 arrays.
 
     Parameters
@@ -93,7 +89,9 @@ def check_views(
         except (TypeError, ValueError):
             raise ValidationError(f"{name}[{h}] is not numeric") from None
         if arr.ndim != 2:
-            raise ValidationError(f"{name}[{h}] must be 2-D (n_samples, n_features), got {arr.ndim}-D")
+            raise ValidationError(
+                f"{name}[{h}] must be 2-D (n_samples, n_features), got {arr.ndim}-D"
+            )
         if arr.shape[0] == 0 or arr.shape[1] == 0:
             raise ValidationError(f"{name}[{h}] is empty (shape {arr.shape})")
         if not np.isfinite(arr).all():

@@ -79,7 +79,12 @@ class ConcatKMeans(ClusterMixin, BaseEstimator):
     }
 
     def __init__(
-        self, n_clusters: int = 4, *, n_init: int = 10, max_iter: int = 300, random_state: Any = None
+        self,
+        n_clusters: int = 4,
+        *,
+        n_init: int = 10,
+        max_iter: int = 300,
+        random_state: Any = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.n_init = n_init
@@ -93,7 +98,10 @@ class ConcatKMeans(ClusterMixin, BaseEstimator):
         if self.n_clusters > data[0].shape[0]:
             raise ValidationError(f"n_clusters={self.n_clusters} exceeds the number of samples")
         km = KMeans(
-            self.n_clusters, n_init=self.n_init, max_iter=self.max_iter, random_state=self.random_state
+            self.n_clusters,
+            n_init=self.n_init,
+            max_iter=self.max_iter,
+            random_state=self.random_state,
         ).fit(np.hstack(data))
         splits = np.cumsum([X.shape[1] for X in data])[:-1]
         self.kmeans_ = km

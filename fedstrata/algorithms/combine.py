@@ -88,7 +88,9 @@ def weighted_average(
         raise ValidationError("weights must be one finite non-negative number per update")
     centers = []
     for h in range(len(updates[0].centers)):
-        held = [(wi, u.centers[h]) for wi, u in zip(w, updates, strict=True) if u.centers[h] is not None]
+        held = [
+            (wi, u.centers[h]) for wi, u in zip(w, updates, strict=True) if u.centers[h] is not None
+        ]
         total = sum(wi for wi, _ in held)
         if not held or total <= 0:
             raise ValidationError(f"no update with positive weight holds view {h}")
@@ -122,7 +124,10 @@ def coordinate_median(updates: Sequence[ParamUpdate]) -> State:
     V = np.array([u.view_weights for u in updates], dtype=float)
     held_mask = np.array([u.held for u in updates])
     v = np.array(
-        [np.median(V[held_mask[:, h], h]) if held_mask[:, h].any() else 0.0 for h in range(V.shape[1])]
+        [
+            np.median(V[held_mask[:, h], h]) if held_mask[:, h].any() else 0.0
+            for h in range(V.shape[1])
+        ]
     )
     return State(tuple(centers), _renormalized(v))
 
@@ -153,6 +158,8 @@ def personalize(global_state: State, local_state: State, gamma: float, rho: floa
 
 def has_converged(old: State, new: State, tol: float) -> bool:
     """Eq. 86: ||A_new - A_old||_F < tol and ||V_new - V_old||_2 < tol (all views together)."""
-    dA = np.sqrt(sum(float(((a - b) ** 2).sum()) for a, b in zip(new.centers, old.centers, strict=True)))
+    dA = np.sqrt(
+        sum(float(((a - b) ** 2).sum()) for a, b in zip(new.centers, old.centers, strict=True))
+    )
     dV = float(np.linalg.norm(new.view_weights - old.view_weights))
     return dA < tol and dV < tol

@@ -95,7 +95,9 @@ def prepare_clients(
     dims = [X.shape[1] for X in data[0]]
     for i, views in enumerate(data):
         if [X.shape[1] for X in views] != dims:
-            raise ValidationError(f"client {i} has view dims {[X.shape[1] for X in views]}, expected {dims}")
+            raise ValidationError(
+                f"client {i} has view dims {[X.shape[1] for X in views]}, expected {dims}"
+            )
     if kernel_scope == "local":
         return [prepare_views(v, model) for v in data]
     if kernel_scope != "global":
@@ -109,8 +111,10 @@ def prepare_clients(
 def initial_state(
     pvs: Sequence[PreparedViews], n_clusters: int, rng: np.random.Generator, method: str = "kmeans"
 ) -> State:
-    """One global initial state, seeded on the largest client's data (the server never
-    sees pooled data; Algorithm 3 with one broadcast A_global(0))."""
+    """One global initial state, seeded on the largest client's data.
+
+    The server never sees pooled data (Algorithm 3 with one broadcast A_global(0)).
+    """
     big = max(pvs, key=lambda p: p.n_samples)
     if big.n_samples < n_clusters:
         raise ValidationError(f"the largest client has fewer samples than n_clusters={n_clusters}")
@@ -174,7 +178,11 @@ def federated_fit(
     if rounds < 1 or local_iters < 1:
         raise ValidationError("rounds and local_iters must be >= 1")
     model = MultiViewModel(
-        n_clusters=n_clusters, m=float(m), alpha=float(alpha), kernel=kernel, center_update=center_update
+        n_clusters=n_clusters,
+        m=float(m),
+        alpha=float(alpha),
+        kernel=kernel,
+        center_update=center_update,
     )
     scope = kernel_scope or ("global" if rule == "sum" else "local")
     pvs = prepare_clients(client_views, model, kernel_scope=scope)

@@ -105,7 +105,7 @@ class MVKMED(MultiViewEstimator):
     def _view_scale(self, pv: PreparedViews) -> Callable[[np.ndarray], np.ndarray]:
         return beta_schedule(self.kernel_references_, self.n_clusters)
 
-    def _memberships(self, pv, state, model):  # noqa: ANN001, ANN202
+    def _memberships(self, pv, state, model):
         from fedstrata.algorithms.multiview import local_statistics
 
         t = np.array([max(getattr(self, "n_iter_", 1), 1)])

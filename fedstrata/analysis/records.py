@@ -32,7 +32,9 @@ ROUND_COLUMNS = (
 
 def write_summary(summary: Mapping[str, Any], path: str | Path) -> None:
     """Write ``summary.json`` (sorted keys, 2-space indent)."""
-    Path(path).write_text(json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+    Path(path).write_text(
+        json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8"
+    )
 
 
 def write_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
@@ -51,7 +53,11 @@ def plot_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    root = [r for r in rows if r.get("tier") == "cloud" and r.get("phase") == "iter" and r.get("objective") is not None]
+    root = [
+        r
+        for r in rows
+        if r.get("tier") == "cloud" and r.get("phase") == "iter" and r.get("objective") is not None
+    ]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     it = [r["iteration"] for r in root]
     axes[0].plot(it, [r["objective"] for r in root], marker=".")

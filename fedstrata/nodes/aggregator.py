@@ -168,7 +168,13 @@ class AggregatorNode:
                 return subs + self._start()
             assert self.parent is not None
             self.state = AggregatorState.WAITING
-            return [*subs, Subscribe(pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group), qos=self.protocol.qos)]
+            return [
+                *subs,
+                Subscribe(
+                    pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group),
+                    qos=self.protocol.qos,
+                ),
+            ]
         if self.state is AggregatorState.NEW:
             raise NodeProtocolError(f"{type(event).__name__} not allowed before Started")
         if self.state is AggregatorState.DONE:
@@ -199,9 +205,22 @@ class AggregatorNode:
             body.update(self.refs)
         return body
 
-    def _broadcast(self, round_: int, body: dict[str, Any], *, collect: bool = True) -> list[Effect]:
-        env = wire.Envelope(kind="model", run=self.protocol.run, round=round_, tier=self.tier, sender=self.node_id, body=body)
-        effects: list[Effect] = [Publish(topic=self._down(), payload=wire.encode(env), qos=self.protocol.qos, retain=True)]
+    def _broadcast(
+        self, round_: int, body: dict[str, Any], *, collect: bool = True
+    ) -> list[Effect]:
+        env = wire.Envelope(
+            kind="model",
+            run=self.protocol.run,
+            round=round_,
+            tier=self.tier,
+            sender=self.node_id,
+            body=body,
+        )
+        effects: list[Effect] = [
+            Publish(
+                topic=self._down(), payload=wire.encode(env), qos=self.protocol.qos, retain=True
+            )
+        ]
         if collect:
             self.round = round_
             self.sub = int(body.get("sub", 0))
@@ -225,7 +244,10 @@ class AggregatorNode:
         if env.sender not in self.children:
             return [Record(kind="foreign", fields=fields)]
         sub = env.body.get("sub", 0)
-        if self.state is not AggregatorState.COLLECTING or (env.round, sub) != (self.round, self.sub):
+        if self.state is not AggregatorState.COLLECTING or (env.round, sub) != (
+            self.round,
+            self.sub,
+        ):
             return [Record(kind="late", fields=fields)]
         if env.sender in self._received:
             return [Record(kind="duplicate", fields=fields)]
@@ -252,8 +274,16 @@ class AggregatorNode:
         head: list[Effect] = [
             Record(
                 kind="aggregate",
-                fields={"node": self.node_id, "tier": self.tier, "round": self.round, "sub": self.sub,
-                        "phase": self.phase, "participants": got, "expected": len(self.children), "ok": ok},
+                fields={
+                    "node": self.node_id,
+                    "tier": self.tier,
+                    "round": self.round,
+                    "sub": self.sub,
+                    "phase": self.phase,
+                    "participants": got,
+                    "expected": len(self.children),
+                    "ok": ok,
+                },
             )
         ]
         if self.is_root:
@@ -280,7 +310,12 @@ class AggregatorNode:
         self.iterations += 1
         prev = self.global_state
         assert prev is not None
-        record: dict[str, Any] = {"round": self.round, "iteration": self.iterations, "tier": self.tier, "ok": ok}
+        record: dict[str, Any] = {
+            "round": self.round,
+            "iteration": self.iterations,
+            "tier": self.tier,
+            "ok": ok,
+        }
         if ok:
             total = add_partials(self._ordered(), self.shape)
             if total["mode"] == "stats":
@@ -299,7 +334,9 @@ class AggregatorNode:
         effects: list[Effect] = [Record(kind="round", fields=record)]
         if self.converged or self.iterations >= self.protocol.rounds:
             return effects + self._root_finish()
-        return effects + self._broadcast(self.round + 1, self._model_body("iter", self.global_state))
+        return effects + self._broadcast(
+            self.round + 1, self._model_body("iter", self.global_state)
+        )
 
     def _root_after_setup(self, ok: bool) -> list[Effect]:
         if ok:
@@ -309,12 +346,20 @@ class AggregatorNode:
             if not self._fixed_init and "init" in merged:
                 centers = [np.asarray(a, dtype=np.float64) for a in merged["init"]]
                 H = self.shape.n_views
-                self.global_state = read_state({"centers": centers, "view_weights": np.full(H, 1.0 / H)}, self.shape)
+                self.global_state = read_state(
+                    {"centers": centers, "view_weights": np.full(H, 1.0 / H)}, self.shape
+                )
         if not ok or self.global_state is None:
             self.iterations += 1  # a failed setup counts against the limit: always terminate
             if self.iterations >= self.protocol.rounds:
                 self.state = AggregatorState.DONE
-                return [Record(kind="failed", fields={"node": self.node_id, "reason": "setup never reached quorum"}), Finished(result=None)]
+                return [
+                    Record(
+                        kind="failed",
+                        fields={"node": self.node_id, "reason": "setup never reached quorum"},
+                    ),
+                    Finished(result=None),
+                ]
             return self._broadcast(self.round + 1, self._model_body("setup", None))
         return [
             Record(kind="init", fields={"node": self.node_id, "state": self.global_state}),
@@ -323,10 +368,23 @@ class AggregatorNode:
 
     def _root_finish(self) -> list[Effect]:
         self.state = AggregatorState.DONE
-        self.result = {"state": self.global_state, "iterations": self.iterations, "converged": self.converged}
+        self.result = {
+            "state": self.global_state,
+            "iterations": self.iterations,
+            "converged": self.converged,
+        }
         return [
-            *self._broadcast(self.round + 1, self._model_body("final", self.global_state), collect=False),
-            Record(kind="finished", fields={"node": self.node_id, "iterations": self.iterations, "converged": self.converged}),
+            *self._broadcast(
+                self.round + 1, self._model_body("final", self.global_state), collect=False
+            ),
+            Record(
+                kind="finished",
+                fields={
+                    "node": self.node_id,
+                    "iterations": self.iterations,
+                    "converged": self.converged,
+                },
+            ),
             Finished(result=self.result),
         ]
 
@@ -353,12 +411,26 @@ class AggregatorNode:
             return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
         self.global_state = read_state(body, self.shape)
         self.refs = {"refs": body["refs"]} if "refs" in body else None
-        return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, self._model_body("iter", self.global_state, sub=1))]
+        return [
+            CancelTimer(name=_DEADLINE),
+            *self._broadcast(env.round, self._model_body("iter", self.global_state, sub=1)),
+        ]
 
     def _publish_up(self, body: dict[str, Any]) -> Publish:
         assert self.parent is not None
-        env = wire.Envelope(kind="update", run=self.protocol.run, round=self.round, tier=self.tier, sender=self.node_id, body=body)
-        return Publish(topic=up_topic(self.protocol.run, self.parent.tier, self.parent.group), payload=wire.encode(env), qos=self.protocol.qos)
+        env = wire.Envelope(
+            kind="update",
+            run=self.protocol.run,
+            round=self.round,
+            tier=self.tier,
+            sender=self.node_id,
+            body=body,
+        )
+        return Publish(
+            topic=up_topic(self.protocol.run, self.parent.tier, self.parent.group),
+            payload=wire.encode(env),
+            qos=self.protocol.qos,
+        )
 
     def _middle_close(self, ok: bool) -> list[Effect]:
         self.state = AggregatorState.WAITING
@@ -377,10 +449,14 @@ class AggregatorNode:
         else:
             self.global_state = solve_params(total, self.shape, prev)
         if self.sub < self.period:
-            return self._broadcast(self.round, self._model_body("iter", self.global_state, sub=self.sub + 1))
+            return self._broadcast(
+                self.round, self._model_body("iter", self.global_state, sub=self.sub + 1)
+            )
         update = ParamUpdate(
-            centers=self.global_state.centers, view_weights=self.global_state.view_weights,
-            n_samples=int(total["n"]), objective=float(total["objective"]),
+            centers=self.global_state.centers,
+            view_weights=self.global_state.view_weights,
+            n_samples=int(total["n"]),
+            objective=float(total["objective"]),
         )
         partial = params_partial(update, "weighted")
         partial["contributors"] = int(total["contributors"])

@@ -123,7 +123,12 @@ class ClientNode:
             if self.state is not ClientState.NEW:
                 raise NodeProtocolError("Started not allowed after start")
             self.state = ClientState.RUNNING
-            return [Subscribe(pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group), qos=self.protocol.qos)]
+            return [
+                Subscribe(
+                    pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group),
+                    qos=self.protocol.qos,
+                )
+            ]
         if self.state is ClientState.NEW:
             raise NodeProtocolError(f"{type(event).__name__} not allowed before Started")
         if self.state is ClientState.DONE or isinstance(event, TimerFired | PeerLost):
@@ -140,7 +145,12 @@ class ClientNode:
 
     def _publish(self, round_: int, body: dict[str, Any]) -> Publish:
         env = wire.Envelope(
-            kind="update", run=self.protocol.run, round=round_, tier=self.tier, sender=self.node_id, body=body
+            kind="update",
+            run=self.protocol.run,
+            round=round_,
+            tier=self.tier,
+            sender=self.node_id,
+            body=body,
         )
         return Publish(
             topic=up_topic(self.protocol.run, self.parent.tier, self.parent.group),
@@ -174,7 +184,11 @@ class ClientNode:
 
     def _setup(self, round_: int) -> list[Effect]:
         refs = [kernel_reference(X) for X in self.views]
-        init = initial_centers(self.views, self.model.n_clusters, n_init=1, rng=self.rng) if self.n_samples >= self.model.n_clusters else None
+        init = (
+            initial_centers(self.views, self.model.n_clusters, n_init=1, rng=self.rng)
+            if self.n_samples >= self.model.n_clusters
+            else None
+        )
         body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
         if init is not None:
             body["init"] = [a[0] for a in init]
@@ -183,7 +197,13 @@ class ClientNode:
 
     def _prepare(self, body: dict[str, Any]) -> PreparedViews:
         refs = read_references(body, self.shape) if "refs" in body else None
-        key = None if refs is None else b"".join(r.minimum.tobytes() + r.maximum.tobytes() + r.total.tobytes() for r in refs)
+        key = (
+            None
+            if refs is None
+            else b"".join(
+                r.minimum.tobytes() + r.maximum.tobytes() + r.total.tobytes() for r in refs
+            )
+        )
         if self._prepared is None or key != self._refs_key:
             self._prepared = prepare_views(self.views, self.model, references=refs)
             self._refs_key = key
@@ -194,12 +214,25 @@ class ClientNode:
         pv = self._prepare(body)
         if self.protocol.rule == "sum":
             stats = local_statistics(pv, glob, self.model)
-            partial = stats_partial(stats.take(0), float(objective(stats, glob.view_weights, self.model.alpha)[0]))
+            partial = stats_partial(
+                stats.take(0), float(objective(stats, glob.view_weights, self.model.alpha)[0])
+            )
             if body.get("sub"):
                 partial["sub"] = int(body["sub"])
             return [Compute(flops=self._flops(1)), self._publish(round_, partial)]
-        start = glob if self._local is None else personalize(glob, self._local, self.protocol.gamma, self.protocol.rho)
-        res = fit_batched(pv, start, self.model, max_iter=self.protocol.local_iters, tol=self.protocol.tol, warn=False)
+        start = (
+            glob
+            if self._local is None
+            else personalize(glob, self._local, self.protocol.gamma, self.protocol.rho)
+        )
+        res = fit_batched(
+            pv,
+            start,
+            self.model,
+            max_iter=self.protocol.local_iters,
+            tol=self.protocol.tol,
+            warn=False,
+        )
         self._local = res.state
         stats = local_statistics(pv, res.state, self.model)
         update = ParamUpdate(

@@ -66,6 +66,8 @@ class ProtocolConfig:
         if self.rounds < 1 or self.local_iters < 1:
             raise ValidationError("rounds and local_iters must be >= 1")
         if self.kernel_scope not in ("global", "local"):
-            raise ValidationError(f"kernel_scope must be 'global' or 'local', got {self.kernel_scope!r}")
+            raise ValidationError(
+                f"kernel_scope must be 'global' or 'local', got {self.kernel_scope!r}"
+            )
         if self.qos not in (0, 1):
             raise ValidationError(f"qos must be 0 or 1, got {self.qos!r}")

@@ -69,7 +69,9 @@ def _array(body: dict[str, Any], key: str, shape: tuple[int, ...]) -> np.ndarray
     return arr
 
 
-def _arrays(body: dict[str, Any], key: str, shapes: Sequence[tuple[int, ...]], optional: bool = False) -> list[Any]:
+def _arrays(
+    body: dict[str, Any], key: str, shapes: Sequence[tuple[int, ...]], optional: bool = False
+) -> list[Any]:
     value = body.get(key)
     if not isinstance(value, list) or len(value) != len(shapes):
         raise WireError(f"body field {key!r} must be a list of {len(shapes)} arrays")
@@ -107,7 +109,8 @@ def references_body(refs: Sequence[KernelReference]) -> dict[str, Any]:
     """Body field for per-view kernel references (min, max, sum, count)."""
     return {
         "refs": [
-            {"min": r.minimum, "max": r.maximum, "sum": r.total, "count": int(r.count)} for r in refs
+            {"min": r.minimum, "max": r.maximum, "sum": r.total, "count": int(r.count)}
+            for r in refs
         ]
     }
 
@@ -175,8 +178,13 @@ def params_partial(update: ParamUpdate, rule: str) -> dict[str, Any]:
         "objective": float(update.objective or 0.0),
     }
     if rule == "median":
-        return {"mode": "items", "items": [item], "contributors": 1, "n": int(update.n_samples),
-                "objective": float(update.objective or 0.0)}
+        return {
+            "mode": "items",
+            "items": [item],
+            "contributors": 1,
+            "n": int(update.n_samples),
+            "objective": float(update.objective or 0.0),
+        }
     w = float(update.n_samples) if rule == "weighted" else 1.0
     return {
         "mode": "params",
@@ -234,13 +242,15 @@ def add_partials(partials: Sequence[dict[str, Any]], shape: Shape) -> dict[str, 
     if mode == "items":
         out["items"] = [item for p in partials for item in p["items"]]
         return out
-    keys = ("num", "den", "costs", "mass", "counts") if mode == "stats" else ("wcenters", "wviews", "wheld")
+    keys = (
+        ("num", "den", "costs", "mass", "counts")
+        if mode == "stats"
+        else ("wcenters", "wviews", "wheld")
+    )
     for key in keys:
         first = partials[0][key]
         if isinstance(first, list):
-            out[key] = [
-                _sum_optional([p[key][h] for p in partials]) for h in range(len(first))
-            ]
+            out[key] = [_sum_optional([p[key][h] for p in partials]) for h in range(len(first))]
         else:
             out[key] = sum(p[key] for p in partials)
     return out
@@ -275,5 +285,7 @@ def solve_params(body: dict[str, Any], shape: Shape, previous: State) -> State:
 def merge_reference_bodies(bodies: Sequence[dict[str, Any]], shape: Shape) -> dict[str, Any]:
     """Merge children's kernel references (min of mins, max of maxes, sums)."""
     per_client = [read_references(b, shape) for b in bodies]
-    merged = [merge_kernel_references([refs[h] for refs in per_client]) for h in range(shape.n_views)]
+    merged = [
+        merge_kernel_references([refs[h] for refs in per_client]) for h in range(shape.n_views)
+    ]
     return references_body(merged)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,9 +81,18 @@ def model_of(sc: Scenario) -> MultiViewModel:
     """The clustering model of the scenario's algorithm section."""
     a = sc.algorithm
     if a.name == "hk-mvfc":
-        return MultiViewModel(a.n_clusters, m=a.m, alpha=a.alpha, kernel=a.kernel, center_update=a.center_update)
+        return MultiViewModel(
+            a.n_clusters, m=a.m, alpha=a.alpha, kernel=a.kernel, center_update=a.center_update
+        )
     if a.name == "mvfcm":
-        return MultiViewModel(a.n_clusters, m=a.m, alpha=a.alpha, distance="euclidean", kernel="none", center_update="exact")
+        return MultiViewModel(
+            a.n_clusters,
+            m=a.m,
+            alpha=a.alpha,
+            distance="euclidean",
+            kernel="none",
+            center_update="exact",
+        )
     raise ScenarioError(
         "the simulator runs hk-mvfc and mvfcm; mvkm-ed's iteration-dependent β is not wired "
         "into the protocol yet",
@@ -94,7 +104,9 @@ def split_data(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:
     """Sample indices of each client, by the scenario's partition."""
     p, n_clients, seed = sc.data.partition, sc.topology.clients.count, sc.seed
     if n_clients > ds.n_samples:
-        raise ScenarioError(f"{n_clients} clients but only {ds.n_samples} samples", path="topology.clients.count")
+        raise ScenarioError(
+            f"{n_clients} clients but only {ds.n_samples} samples", path="topology.clients.count"
+        )
     rng = np.random.default_rng([seed, 1])
     if p.kind == "iid":
         return part.iid(ds.n_samples, n_clients, random_state=rng)
@@ -111,7 +123,9 @@ def _parent_index(j: int, n_children: int, n_parents: int) -> int:
     return j * n_parents // n_children  # contiguous, even blocks
 
 
-def build_federation(sc: Scenario, *, seed: int | None = None, record_events: bool = False) -> Federation:
+def build_federation(
+    sc: Scenario, *, seed: int | None = None, record_events: bool = False
+) -> Federation:
     """Build the data split, the nodes and the simulation for ``sc``.
 
     ``seed`` overrides the scenario's seed (data, partition, links and faults).
@@ -149,21 +163,24 @@ def build_federation(sc: Scenario, *, seed: int | None = None, record_events: bo
     tiers = [("cloud", ids["cloud"])] + [(t.name, ids[t.name]) for t in sc.topology.tiers]
     tier_of = {n: name for name, group in tiers for n in group}
     parents: dict[str, str] = {}
-    for (upper, up_ids), (_lower, low_ids) in zip(tiers, tiers[1:], strict=False):
+    for (_, up_ids), (_, low_ids) in itertools.pairwise(tiers):
         for j, node in enumerate(low_ids):
             parents[node] = up_ids[_parent_index(j, len(low_ids), len(up_ids))]
-        del upper
     lowest = tiers[-1][1]
     clients = ids["edge"]
     for j, c in enumerate(clients):
-        parents[c] = sc.topology.clients.attach.get(c, lowest[_parent_index(j, len(clients), len(lowest))])
+        parents[c] = sc.topology.clients.attach.get(
+            c, lowest[_parent_index(j, len(clients), len(lowest))]
+        )
     children: dict[str, list[str]] = {}
     for child, parent in parents.items():
         children.setdefault(parent, []).append(child)
     for _, group in tiers:
         for node in group:
             if node not in children:
-                raise ScenarioError(f"{node} has no children: use fewer nodes in its tier", path="topology")
+                raise ScenarioError(
+                    f"{node} has no children: use fewer nodes in its tier", path="topology"
+                )
 
     sim = Simulation(sc.seed, record_events=record_events)
     for name, group in tiers:
@@ -195,7 +212,12 @@ def build_federation(sc: Scenario, *, seed: int | None = None, record_events: bo
             if parent is not None:
                 assert spec is not None
                 conns.append(Connection(parent, link_of(spec.link)))
-            sim.add_node(agg, connections=conns, tier=name, speed_flops=(spec.speed_gflops if spec else 100.0) * 1e9)
+            sim.add_node(
+                agg,
+                connections=conns,
+                tier=name,
+                speed_flops=(spec.speed_gflops if spec else 100.0) * 1e9,
+            )
     client_link = sc.topology.clients.link
     client_indices = {}
     for j, (c, idx) in enumerate(zip(clients, indices, strict=True)):
@@ -209,9 +231,23 @@ def build_federation(sc: Scenario, *, seed: int | None = None, record_events: bo
             protocol=protocol,
             seed=int(np.random.default_rng([sc.seed, 2, j]).integers(2**31)),
         )
-        sim.add_node(node, connections=[Connection(parent, link_of(client_link))], tier="edge",
-                     speed_flops=sc.topology.clients.speed_gflops * 1e9)
-    fed = Federation(sc, ds, client_indices, model, protocol, shape, sim, parents, {**tier_of, **dict.fromkeys(clients, "edge")})
+        sim.add_node(
+            node,
+            connections=[Connection(parent, link_of(client_link))],
+            tier="edge",
+            speed_flops=sc.topology.clients.speed_gflops * 1e9,
+        )
+    fed = Federation(
+        sc,
+        ds,
+        client_indices,
+        model,
+        protocol,
+        shape,
+        sim,
+        parents,
+        {**tier_of, **dict.fromkeys(clients, "edge")},
+    )
     _apply_faults(fed)
     return fed
 
@@ -226,8 +262,13 @@ def _apply_faults(fed: Federation) -> None:
         sim.faults.partition(p.nodes, p.start, p.end)
     for d in f.degradations:
         sim.faults.degrade(
-            d.nodes, d.start, d.end, latency_factor=d.latency_factor, extra_latency=d.extra_latency_s,
-            bandwidth_factor=d.bandwidth_factor, loss=d.loss,
+            d.nodes,
+            d.start,
+            d.end,
+            latency_factor=d.latency_factor,
+            extra_latency=d.extra_latency_s,
+            bandwidth_factor=d.bandwidth_factor,
+            loss=d.loss,
         )
     for c in f.crashes:
         factory = _restart_factory(fed, c.node) if c.restart_after is not None else None
@@ -238,7 +279,9 @@ def _apply_faults(fed: Federation) -> None:
             for c in clients:
                 sim.faults.availability_markov(c, a.p_off, a.p_on, a.step_s)
         else:
-            raise ScenarioError("availability traces from files are not wired yet", path="faults.availability")
+            raise ScenarioError(
+                "availability traces from files are not wired yet", path="faults.availability"
+            )
 
 
 def _restart_factory(fed: Federation, node_id: str) -> Any:
@@ -247,12 +290,25 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
 
     def make() -> Any:
         if isinstance(old, ClientNode):
-            return ClientNode(old.node_id, parent=old.parent, views=old.views, model=old.model,
-                              protocol=old.protocol, seed=int(old.rng.integers(2**31)))
+            return ClientNode(
+                old.node_id,
+                parent=old.parent,
+                views=old.views,
+                model=old.model,
+                protocol=old.protocol,
+                seed=int(old.rng.integers(2**31)),
+            )
         return AggregatorNode(
-            old.node_id, tier=old.tier, children=sorted(old.children), parent=old.parent, model=old.model,
-            shape=old.shape, protocol=old.protocol, deadline_s=old.deadline_s,
-            quorum=old.need / len(old.children), period=old.period,
+            old.node_id,
+            tier=old.tier,
+            children=sorted(old.children),
+            parent=old.parent,
+            model=old.model,
+            shape=old.shape,
+            protocol=old.protocol,
+            deadline_s=old.deadline_s,
+            quorum=old.need / len(old.children),
+            period=old.period,
         )
 
     return make

@@ -14,7 +14,7 @@ from fedstrata.scenarios.schema import Scenario
 __all__ = ["ScenarioErrors", "load_scenario", "parse_scenario"]
 
 
-class ScenarioErrors(ScenarioError):
+class ScenarioErrors(ScenarioError):  # noqa: N818 - a ScenarioError holding several
     """Several located problems in one file; ``errors`` lists them, the message joins them."""
 
     def __init__(self, errors: list[ScenarioError]) -> None:
@@ -39,7 +39,9 @@ def _line_of(root: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
             if nxt is None:
                 return line
             node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
             node = node.value[part]
             line = node.start_mark.line + 1
         else:
@@ -78,11 +80,15 @@ def parse_scenario(text: str, *, file: str = "<string>") -> Scenario:
         mark = getattr(exc, "problem_mark", None)
         line = None if mark is None else mark.line + 1
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioErrors([ScenarioError(f"not valid YAML: {problem}", file=file, line=line)]) from None
+        raise ScenarioErrors(
+            [ScenarioError(f"not valid YAML: {problem}", file=file, line=line)]
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ScenarioErrors([ScenarioError("a scenario must be a mapping of sections", file=file, line=1)])
+        raise ScenarioErrors(
+            [ScenarioError("a scenario must be a mapping of sections", file=file, line=1)]
+        )
     try:
         return Scenario.model_validate(data)
     except PydanticValidationError as exc:
@@ -92,9 +98,13 @@ def parse_scenario(text: str, *, file: str = "<string>") -> Scenario:
             if isinstance(inner, ScenarioError):  # a cross-field check that knows its path
                 errors.append(_located(inner.reason, inner.path, root, file))
                 continue
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            loc = tuple(
+                p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))
+            )
             path = ".".join(str(p) for p in loc)
-            errors.append(ScenarioError(_describe(err), file=file, line=_line_of(root, loc), path=path))
+            errors.append(
+                ScenarioError(_describe(err), file=file, line=_line_of(root, loc), path=path)
+            )
         raise ScenarioErrors(errors) from None
 
 
@@ -104,7 +114,9 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ScenarioErrors([ScenarioError(f"cannot read file: {exc.strerror}", file=str(p))]) from None
+        raise ScenarioErrors(
+            [ScenarioError(f"cannot read file: {exc.strerror}", file=str(p))]
+        ) from None
     except UnicodeDecodeError:
         raise ScenarioErrors([ScenarioError("file is not UTF-8 text", file=str(p))]) from None
     return parse_scenario(text, file=str(p))

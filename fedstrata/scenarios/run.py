@@ -31,7 +31,9 @@ def _final_labels(fed: Federation, state: Any) -> np.ndarray:
     labels = np.full(fed.dataset.n_samples, -1, dtype=np.int64)
     batched = type(state)(tuple(a[None] for a in state.centers), state.view_weights[None])
     for c, pv in fed.prepared_clients().items():
-        labels[fed.client_indices[c]] = local_statistics(pv, batched, fed.model).memberships[0].argmax(axis=1)
+        labels[fed.client_indices[c]] = (
+            local_statistics(pv, batched, fed.model).memberships[0].argmax(axis=1)
+        )
     return labels
 
 
@@ -56,20 +58,32 @@ def simulate(
     for rec in sim.records:
         f = rec["fields"]
         if rec["kind"] == "aggregate":
-            rows.append({
-                "round": f["round"], "tier": f["tier"], "phase": f["phase"], "sub": f["sub"],
-                "aggregators": 1, "participants": f["participants"], "expected": f["expected"],
-                "ok": f["ok"], "virtual_time_s": round(rec["t"], 9),
-            })
+            rows.append(
+                {
+                    "round": f["round"],
+                    "tier": f["tier"],
+                    "phase": f["phase"],
+                    "sub": f["sub"],
+                    "aggregators": 1,
+                    "participants": f["participants"],
+                    "expected": f["expected"],
+                    "ok": f["ok"],
+                    "virtual_time_s": round(rec["t"], 9),
+                }
+            )
         elif rec["kind"] == "round":
             metrics = evaluate_state(fed, f["state"], pooled) if f.get("state") is not None else {}
             bytes_so_far = byte_times(rec["t"])
             for row in reversed(rows):  # attach the root's outcome to its aggregate row
                 if row["tier"] == f["tier"] and row["round"] == f["round"]:
-                    row.update(iteration=f["iteration"], objective=f.get("objective"), bytes=bytes_so_far,
-                               ari=round(metrics.get("ari", float("nan")), 6) if metrics else None,
-                               nmi=round(metrics.get("nmi", float("nan")), 6) if metrics else None,
-                               acc=round(metrics.get("acc", float("nan")), 6) if metrics else None)
+                    row.update(
+                        iteration=f["iteration"],
+                        objective=f.get("objective"),
+                        bytes=bytes_so_far,
+                        ari=round(metrics.get("ari", float("nan")), 6) if metrics else None,
+                        nmi=round(metrics.get("nmi", float("nan")), 6) if metrics else None,
+                        acc=round(metrics.get("acc", float("nan")), 6) if metrics else None,
+                    )
                     break
     rows = _merge_tier_rows(rows)
     final_state = None if root_result is None else root_result.get("state")
@@ -101,7 +115,9 @@ def simulate(
         "metrics": {k: float(v) for k, v in metrics.items()},
         "clients": len(fed.client_indices),
         "per_tier": per_tier,
-        "failed_rounds": sum(1 for r in rows if r.get("tier") == "cloud" and r.get("phase") == "iter" and not r["ok"]),
+        "failed_rounds": sum(
+            1 for r in rows if r.get("tier") == "cloud" and r.get("phase") == "iter" and not r["ok"]
+        ),
     }
     return fed, summary, rows
 
@@ -154,15 +170,20 @@ def run_scenario(
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), transient=True,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            transient=True,
         ) as bar:
             task = bar.add_task(sc.name, total=sc.protocol.rounds, info="")
 
             def tick(fed: Federation, t: float) -> None:
                 done = sum(1 for r in fed.sim.records if r["kind"] == "round")
                 sent = fed.sim.engine.publishes
-                bar.update(task, completed=done, info=f"round {done}  t={t:,.1f}s  publishes={sent:,}")
+                bar.update(
+                    task, completed=done, info=f"round {done}  t={t:,.1f}s  publishes={sent:,}"
+                )
 
             fed, summary, rows = simulate(sc, seed=seed, events=events, progress=tick)
     else:

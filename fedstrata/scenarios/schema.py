@@ -274,11 +274,19 @@ class Scenario(_Strict):
         if len(set(names)) != len(names) or {"cloud", "edge"} & set(names):
             _fail("topology.tiers", "tier names must be unique and not 'cloud' or 'edge'")
         if p.rule == "sum" and p.local_iters != 1:
-            _fail("protocol.local_iters", "must be 1 with rule 'sum' (it aggregates every iteration)")
+            _fail(
+                "protocol.local_iters", "must be 1 with rule 'sum' (it aggregates every iteration)"
+            )
         if self.privacy.secure_aggregation and p.rule not in ADDITIVE_RULES:
-            _fail("protocol.rule", f"{p.rule!r} is not a sum; secure aggregation needs sum, weighted or mean")
+            _fail(
+                "protocol.rule",
+                f"{p.rule!r} is not a sum; secure aggregation needs sum, weighted or mean",
+            )
         if any(t.period > 1 for t in topo.tiers) and p.rule == "median":
-            _fail("protocol.rule", "a tier period > 1 forwards weighted sums; rule 'median' is not a sum")
+            _fail(
+                "protocol.rule",
+                "a tier period > 1 forwards weighted sums; rule 'median' is not a sum",
+            )
         if len(topo.tiers) > 1 and any(t.period > 1 for t in topo.tiers):
             _fail("topology.tiers", "tier periods > 1 are supported with a single middle tier only")
         ids = self.node_ids()
@@ -286,11 +294,21 @@ class Scenario(_Strict):
         clients = set(ids["edge"])
         for client, target in topo.clients.attach.items():
             if client not in clients:
-                _fail(f"topology.clients.attach.{client}", f"no client {client!r} (ids are client-0 ...)")
+                _fail(
+                    f"topology.clients.attach.{client}",
+                    f"no client {client!r} (ids are client-0 ...)",
+                )
             if target not in lowest:
-                _fail(f"topology.clients.attach.{client}", f"{client} attached to {target!r}, which does not exist")
+                _fail(
+                    f"topology.clients.attach.{client}",
+                    f"{client} attached to {target!r}, which does not exist",
+                )
         everything = {n for group in ids.values() for n in group}
-        for kind, items in (("crashes", self.faults.crashes), ("partitions", self.faults.partitions), ("degradations", self.faults.degradations)):
+        for kind, items in (
+            ("crashes", self.faults.crashes),
+            ("partitions", self.faults.partitions),
+            ("degradations", self.faults.degradations),
+        ):
             for item in items:
                 nodes = [item.node] if isinstance(item, CrashSpec) else item.nodes
                 for node in nodes:
@@ -298,7 +316,10 @@ class Scenario(_Strict):
                         _fail(f"faults.{kind}", f"no node {node!r}")
         for tier, below in zip(names, [*names[1:], "edge"][: len(names)], strict=True):
             if len(ids[below]) < len(ids[tier]):
-                _fail("topology.tiers", f"tier {tier!r} has more nodes than the tier below it ({below})")
+                _fail(
+                    "topology.tiers",
+                    f"tier {tier!r} has more nodes than the tier below it ({below})",
+                )
         if not names and topo.clients.count < 1:
             _fail("topology.clients", "a federation needs at least one client")
         if self.data.partition.kind == "dirichlet" and self.data.partition.alpha is None:
@@ -306,7 +327,13 @@ class Scenario(_Strict):
         if self.data.partition.kind == "stratified":
             fr = self.data.partition.fractions
             if fr is None or len(fr) != topo.clients.count or abs(sum(fr) - 1.0) > 1e-9:
-                _fail("data.partition.fractions", "'stratified' needs one fraction per client, summing to 1")
+                _fail(
+                    "data.partition.fractions",
+                    "'stratified' needs one fraction per client, summing to 1",
+                )
         if self.data.partition.kind == "paper" and topo.clients.count != 2:
-            _fail("data.partition.kind", "'paper' is the 85/15 split of two clients; topology.clients.count must be 2")
+            _fail(
+                "data.partition.kind",
+                "'paper' is the 85/15 split of two clients; topology.clients.count must be 2",
+            )
         return self

@@ -48,7 +48,9 @@ def test_predict_before_fit():
 
 def test_n_init_keeps_lowest_objective(two_view):
     views, _ = two_view
-    singles = [HKMVFC(4, n_init=1, init="random", random_state=s).fit(views).objective_ for s in range(6)]
+    singles = [
+        HKMVFC(4, n_init=1, init="random", random_state=s).fit(views).objective_ for s in range(6)
+    ]
     # the n_init=6 run draws its 6 initialisations from one generator: compare against its own
     best = HKMVFC(4, n_init=6, init="random", random_state=0).fit(views).objective_
     assert best <= min(singles[:1]) + 1e-9
@@ -64,7 +66,15 @@ def test_init_array_is_used(two_view):
 def test_hand_computed_tiny_problem():
     # two well separated pairs, one view: exact update converges to the pair means
     X = np.array([[0.0], [0.2], [10.0], [10.2]])
-    est = HKMVFC(2, kernel="none", center_update="exact", init=[np.array([[0.0], [10.0]])], n_init=1, tol=1e-14, max_iter=500)
+    est = HKMVFC(
+        2,
+        kernel="none",
+        center_update="exact",
+        init=[np.array([[0.0], [10.0]])],
+        n_init=1,
+        tol=1e-14,
+        max_iter=500,
+    )
     est.fit([X])
     np.testing.assert_array_equal(est.labels_, [0, 0, 1, 1])
     np.testing.assert_allclose(np.sort(est.centers_[0].ravel()), [0.1, 10.1], atol=1e-6)
@@ -78,7 +88,12 @@ BAD = [
     ("empty view", [np.zeros((5, 0))], {}, "empty"),
     ("no views", [], {}, "non-empty list"),
     ("1-D view", [np.zeros(5)], {}, "2-D"),
-    ("n_clusters > n", [np.random.default_rng(0).normal(size=(3, 2))], {"n_clusters": 4}, "larger than"),
+    (
+        "n_clusters > n",
+        [np.random.default_rng(0).normal(size=(3, 2))],
+        {"n_clusters": 4},
+        "larger than",
+    ),
     ("n_clusters < 2", [np.zeros((5, 2))], {"n_clusters": 1}, "n_clusters"),
     ("m <= 1", [np.zeros((5, 2))], {"m": 1.0}, "'m'"),
     ("alpha <= 1", [np.zeros((5, 2))], {"alpha": 0.5}, "'alpha'"),

@@ -41,7 +41,9 @@ def test_statistics_match_direct_formulas(two_view):
     stats = local_statistics(prepare_views(views, model), state, model)
     J_direct, U_direct = _objective_direct(views, state, model)
     np.testing.assert_allclose(stats.memberships, U_direct, rtol=1e-10)
-    np.testing.assert_allclose(objective(stats, state.view_weights, model.alpha), J_direct, rtol=1e-10)
+    np.testing.assert_allclose(
+        objective(stats, state.view_weights, model.alpha), J_direct, rtol=1e-10
+    )
     # Eq. 16 literal, written with an explicit (n, c, d) weight tensor
     deltas = heat_kernel_coefficients(views[0], "type1")
     sq = ((views[0][:, None, :] - A[0][None]) ** 2).sum(-1)
@@ -127,7 +129,9 @@ def test_exact_update_is_stationary_point():
 
 
 @settings(max_examples=30, deadline=None)
-@given(arrays(np.float64, (8, 3), elements=st.floats(-1e3, 1e3)), st.sampled_from(["type1", "type2"]))
+@given(
+    arrays(np.float64, (8, 3), elements=st.floats(-1e3, 1e3)), st.sampled_from(["type1", "type2"])
+)
 def test_heat_kernel_coefficients_nonnegative_and_finite(X, kind):
     d = heat_kernel_coefficients(X, kind)
     assert np.isfinite(d).all() and (d >= 0).all()
@@ -151,7 +155,9 @@ def test_batched_equals_unbatched(two_view, update):
     A1 = tuple(X[rng.choice(len(X), 4, replace=False)] for X in views)
     A2 = tuple(X[rng.choice(len(X), 4, replace=False)] for X in views)
     v = np.array([0.4, 0.6])
-    batched = local_statistics(pv, State(tuple(np.stack(p) for p in zip(A1, A2, strict=True)), np.stack([v, v])), model)
+    batched = local_statistics(
+        pv, State(tuple(np.stack(p) for p in zip(A1, A2, strict=True)), np.stack([v, v])), model
+    )
     single = local_statistics(pv, State(A2, v), model)
     np.testing.assert_allclose(batched.center_num[1][1], single.center_num[1], rtol=1e-12)
     np.testing.assert_allclose(batched.view_costs[1], single.view_costs, rtol=1e-12)

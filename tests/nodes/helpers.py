@@ -57,9 +57,9 @@ class Loopback:
                 for other, patterns in self.subs.items():
                     if other in self.results:
                         continue
-                    if any(topic_matches(p, eff.topic) for p in patterns):
-                        if self.drop is None or not self.drop(name, other, eff.topic):
-                            self.queue.append((other, eff.topic, eff.payload, name))
+                    wanted = any(topic_matches(p, eff.topic) for p in patterns)
+                    if wanted and (self.drop is None or not self.drop(name, other, eff.topic)):
+                        self.queue.append((other, eff.topic, eff.payload, name))
             elif isinstance(eff, SetTimer):
                 self.timers.setdefault(name, {})[eff.name] = self.now + eff.delay_s
             elif isinstance(eff, CancelTimer):
@@ -78,9 +78,17 @@ class Loopback:
                 dst, topic, payload, _src = self.queue.popleft()
                 if dst in self.results:
                     continue
-                self._apply(dst, self.nodes[dst].handle(Delivered(now=self.now, topic=topic, payload=payload)))
+                self._apply(
+                    dst,
+                    self.nodes[dst].handle(Delivered(now=self.now, topic=topic, payload=payload)),
+                )
                 continue
-            pending = [(t, n, k) for n, ts in self.timers.items() for k, t in ts.items() if n not in self.results]
+            pending = [
+                (t, n, k)
+                for n, ts in self.timers.items()
+                for k, t in ts.items()
+                if n not in self.results
+            ]
             if not pending:
                 return
             t, n, k = min(pending)

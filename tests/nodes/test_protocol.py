@@ -24,11 +24,28 @@ def blobs(n_per=60, seed=0):
     return [c1[y] + rng.normal(0, 0.5, (y.size, 2)), c2[y] + rng.normal(0, 0.5, (y.size, 3))], y
 
 
-def build(parts, views, *, rule="sum", fogs=None, period=1, local_iters=1, quorum=1.0, init=None, rounds=30, scope=None):
+def build(
+    parts,
+    views,
+    *,
+    rule="sum",
+    fogs=None,
+    period=1,
+    local_iters=1,
+    quorum=1.0,
+    init=None,
+    rounds=30,
+    scope=None,
+):
     model = MultiViewModel(3)
     shape = Shape(3, (2, 3))
-    proto = ProtocolConfig(run="t", rule=rule, rounds=rounds, local_iters=local_iters,
-                           kernel_scope=scope or ("global" if rule == "sum" else "local"))
+    proto = ProtocolConfig(
+        run="t",
+        rule=rule,
+        rounds=rounds,
+        local_iters=local_iters,
+        kernel_scope=scope or ("global" if rule == "sum" else "local"),
+    )
     nodes = {}
     clients = [f"c{i}" for i in range(len(parts))]
     if fogs is None:
@@ -39,16 +56,53 @@ def build(parts, views, *, rule="sum", fogs=None, period=1, local_iters=1, quoru
         parent = Address("cloud", "cloud") if g == "cloud" else Address("fog", g)
         for c in members:
             idx = parts[int(c[1:])]
-            nodes[c] = ClientNode(c, parent=parent, views=[X[idx] for X in views], model=model, protocol=proto, seed=int(c[1:]))
+            nodes[c] = ClientNode(
+                c,
+                parent=parent,
+                views=[X[idx] for X in views],
+                model=model,
+                protocol=proto,
+                seed=int(c[1:]),
+            )
     if fogs is None:
-        nodes["cloud"] = AggregatorNode("cloud", tier="cloud", children=clients, parent=None, model=model, shape=shape,
-                                        protocol=proto, deadline_s=10.0, quorum=quorum, init_state=init)
+        nodes["cloud"] = AggregatorNode(
+            "cloud",
+            tier="cloud",
+            children=clients,
+            parent=None,
+            model=model,
+            shape=shape,
+            protocol=proto,
+            deadline_s=10.0,
+            quorum=quorum,
+            init_state=init,
+        )
     else:
-        nodes["cloud"] = AggregatorNode("cloud", tier="cloud", children=list(groups), parent=None, model=model, shape=shape,
-                                        protocol=proto, deadline_s=10.0, quorum=quorum, init_state=init)
+        nodes["cloud"] = AggregatorNode(
+            "cloud",
+            tier="cloud",
+            children=list(groups),
+            parent=None,
+            model=model,
+            shape=shape,
+            protocol=proto,
+            deadline_s=10.0,
+            quorum=quorum,
+            init_state=init,
+        )
         for g, members in groups.items():
-            nodes[g] = AggregatorNode(g, tier="fog", children=members, parent=Address("cloud", "cloud"), model=model,
-                                      shape=shape, protocol=proto, deadline_s=5.0, quorum=quorum, period=period)
+            nodes[g] = AggregatorNode(
+                g,
+                tier="fog",
+                children=members,
+                parent=Address("cloud", "cloud"),
+                model=model,
+                shape=shape,
+                protocol=proto,
+                deadline_s=5.0,
+                quorum=quorum,
+                period=period,
+            )
     return nodes
 
 
@@ -67,12 +121,16 @@ def test_sum_protocol_equals_in_process_federated_fit(fogs):
     lb = Loopback(build(parts, views, fogs=fogs, init=init))
     lb.start()
     lb.run()
-    ref = federated_fit([[X[p] for X in views] for p in parts], n_clusters=3, rule="sum", rounds=30, init=init)
+    ref = federated_fit(
+        [[X[p] for X in views] for p in parts], n_clusters=3, rule="sum", rounds=30, init=init
+    )
     res = lb.results["cloud"]
     assert res["iterations"] == ref.rounds
     for a, b in zip(res["state"].centers, ref.state.centers, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
-    np.testing.assert_array_equal(labels_of(lb, parts, len(y)), np.concatenate(ref.labels)[np.argsort(np.concatenate(parts))])
+    np.testing.assert_array_equal(
+        labels_of(lb, parts, len(y)), np.concatenate(ref.labels)[np.argsort(np.concatenate(parts))]
+    )
 
 
 @pytest.mark.parametrize("rule", ["weighted", "mean", "median"])
@@ -116,7 +174,9 @@ def test_lost_client_does_not_hang_and_quorum_counts():
 def test_below_quorum_rounds_fail_but_terminate():
     views, y = blobs()
     parts = np.array_split(np.arange(len(y)), 4)
-    lb = Loopback(build(parts, views, quorum=1.0, rounds=5), drop=lambda src, dst, topic: dst == "c3")
+    lb = Loopback(
+        build(parts, views, quorum=1.0, rounds=5), drop=lambda src, dst, topic: dst == "c3"
+    )
     lb.start()
     lb.run()
     assert lb.results["cloud"] is None or lb.results["cloud"]["iterations"] <= 5
@@ -147,7 +207,9 @@ def test_update_from_stranger_is_foreign():
     nodes = build(parts, views)
     cloud = nodes["cloud"]
     cloud.handle(Started(now=0.0))
-    env = wire.Envelope(kind="update", run="t", round=0, tier="edge", sender="mallory", body={"mode": "setup"})
+    env = wire.Envelope(
+        kind="update", run="t", round=0, tier="edge", sender="mallory", body={"mode": "setup"}
+    )
     out = cloud.handle(Delivered(now=1.0, topic="fs/t/cloud/cloud/up", payload=wire.encode(env)))
     assert out[0].kind == "foreign"
 
@@ -164,7 +226,9 @@ def test_client_publishes_bytes_and_compute():
     nodes = build([np.arange(len(y))], views)
     c = nodes["c0"]
     c.handle(Started(now=0.0))
-    env = wire.Envelope(kind="model", run="t", round=0, tier="cloud", sender="cloud", body={"phase": "setup"})
+    env = wire.Envelope(
+        kind="model", run="t", round=0, tier="cloud", sender="cloud", body={"phase": "setup"}
+    )
     out = c.handle(Delivered(now=0.0, topic="fs/t/cloud/cloud/down", payload=wire.encode(env)))
     kinds = [type(e).__name__ for e in out]
     assert kinds == ["Compute", "Publish"]

@@ -34,7 +34,9 @@ faults: {faults}
 
 
 def flat(seed=0, n=300, update="exact", rule="sum", rounds=40, iters=1):
-    return parse_scenario(FLAT.format(seed=seed, n=n, update=update, rule=rule, rounds=rounds, iters=iters))
+    return parse_scenario(
+        FLAT.format(seed=seed, n=n, update=update, rule=rule, rounds=rounds, iters=iters)
+    )
 
 
 @pytest.mark.parametrize("update", ["paper", "exact"])
@@ -42,7 +44,9 @@ def test_flat_sum_protocol_equals_centralized_fit(update):
     fed, summary, _ = simulate(flat(update=update))
     init = next(r["fields"]["state"] for r in fed.sim.records if r["kind"] == "init")
     ds = fed.dataset
-    central = HKMVFC(4, center_update=update, init=list(init.centers), n_init=1, max_iter=40, tol=1e-6).fit(ds.views)
+    central = HKMVFC(
+        4, center_update=update, init=list(init.centers), n_init=1, max_iter=40, tol=1e-6
+    ).fit(ds.views)
     assert summary["rounds"] == central.n_iter_
     root = fed.sim.results["cloud"]["state"]
     for a, b in zip(root.centers, central.centers_, strict=True):
@@ -60,6 +64,7 @@ def test_paper_rule_reaches_high_ari():
 
 
 # -- independent msgpack size arithmetic (from the msgpack spec, not the library) --------
+
 
 def _size(obj):
     if obj is None or isinstance(obj, bool):
@@ -103,11 +108,23 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
     run, R = "flat", summary["rounds"]
     c, dims, H = 4, (2, 2), 2
     A = [np.zeros((c, d)) for d in dims]
-    refs = {"refs": [{"min": np.zeros(d), "max": np.zeros(d), "sum": np.zeros(d), "count": 0} for d in dims]}
+    refs = {
+        "refs": [
+            {"min": np.zeros(d), "max": np.zeros(d), "sum": np.zeros(d), "count": 0} for d in dims
+        ]
+    }
     state = {"centers": A, "view_weights": np.zeros(H)}
 
     def env(kind, rnd, tier, sender, body):
-        return {"v": 1, "kind": kind, "run": run, "round": rnd, "tier": tier, "sender": sender, "body": body}
+        return {
+            "v": 1,
+            "kind": kind,
+            "run": run,
+            "round": rnd,
+            "tier": tier,
+            "sender": sender,
+            "body": body,
+        }
 
     down, up = f"fs/{run}/cloud/cloud/down", f"fs/{run}/cloud/cloud/up"
     total = 0
@@ -115,15 +132,38 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
     for k, n in enumerate(ns):
         refs_n = {"refs": [dict(r, count=n) for r in refs["refs"]]}
         setup_down = _size(env("model", 0, "cloud", "cloud", {"phase": "setup"}))
-        setup_up = _size(env("update", 0, "edge", f"client-{k}", {"mode": "setup", "n": n, **refs_n,
-                                                                  "init": A, "init_n": n}))
+        setup_up = _size(
+            env(
+                "update",
+                0,
+                "edge",
+                f"client-{k}",
+                {"mode": "setup", "n": n, **refs_n, "init": A, "init_n": n},
+            )
+        )
         total += _publish(down, setup_down) + _publish(up, setup_up)
         for r in range(1, R + 1):
             all_n = {"refs": [dict(x, count=sum(ns)) for x in refs["refs"]]}
             model = _size(env("model", r, "cloud", "cloud", {"phase": "iter", **state, **all_n}))
-            upd = _size(env("update", r, "edge", f"client-{k}", {
-                "mode": "stats", "num": A, "den": A, "costs": np.zeros(H), "mass": np.zeros(c),
-                "counts": np.zeros(H, np.int64), "n": n, "contributors": 1, "objective": 0.0}))
+            upd = _size(
+                env(
+                    "update",
+                    r,
+                    "edge",
+                    f"client-{k}",
+                    {
+                        "mode": "stats",
+                        "num": A,
+                        "den": A,
+                        "costs": np.zeros(H),
+                        "mass": np.zeros(c),
+                        "counts": np.zeros(H, np.int64),
+                        "n": n,
+                        "contributors": 1,
+                        "objective": 0.0,
+                    },
+                )
+            )
             total += _publish(down, model) + _publish(up, upd)
         final = _size(env("model", R + 1, "cloud", "cloud", {"phase": "final", **state, **all_n}))
         total += _publish(down, final)
@@ -156,22 +196,49 @@ def test_partition_delays_and_terminates():
 
 
 def test_same_seed_identical_different_seed_differs(tmp_path):
-    s1 = run_scenario(_tree(faults="{dropout: 0.2}"), tmp_path / "a", events=True, plots=False, progress=False)
-    s2 = run_scenario(_tree(faults="{dropout: 0.2}"), tmp_path / "b", events=True, plots=False, progress=False)
-    s3 = run_scenario(_tree(seed=1, faults="{dropout: 0.2}"), tmp_path / "c", events=True, plots=False, progress=False)
+    s1 = run_scenario(
+        _tree(faults="{dropout: 0.2}"), tmp_path / "a", events=True, plots=False, progress=False
+    )
+    s2 = run_scenario(
+        _tree(faults="{dropout: 0.2}"), tmp_path / "b", events=True, plots=False, progress=False
+    )
+    s3 = run_scenario(
+        _tree(seed=1, faults="{dropout: 0.2}"),
+        tmp_path / "c",
+        events=True,
+        plots=False,
+        progress=False,
+    )
     for key in ("wall_time_s",):
         s1.pop(key), s2.pop(key), s3.pop(key)
     assert s1 == s2
-    assert (tmp_path / "a" / "events.jsonl").read_bytes() == (tmp_path / "b" / "events.jsonl").read_bytes()
-    assert (tmp_path / "a" / "rounds.csv").read_bytes() == (tmp_path / "b" / "rounds.csv").read_bytes()
-    assert s1["dropped_by_reason"] != s3["dropped_by_reason"] or s1["bytes_total"] != s3["bytes_total"]
+    assert (tmp_path / "a" / "events.jsonl").read_bytes() == (
+        tmp_path / "b" / "events.jsonl"
+    ).read_bytes()
+    assert (tmp_path / "a" / "rounds.csv").read_bytes() == (
+        tmp_path / "b" / "rounds.csv"
+    ).read_bytes()
+    assert (
+        s1["dropped_by_reason"] != s3["dropped_by_reason"] or s1["bytes_total"] != s3["bytes_total"]
+    )
 
 
 def test_run_writes_records(tmp_path):
     summary = run_scenario(flat(n=100, rounds=3), tmp_path, events=True, plots=True, progress=False)
     on_disk = json.loads((tmp_path / "summary.json").read_text())
-    for key in ("rounds", "converged", "bytes_up", "bytes_down", "bytes_total", "messages", "messages_dropped",
-                "virtual_time_s", "wall_time_s", "metrics", "per_tier"):
+    for key in (
+        "rounds",
+        "converged",
+        "bytes_up",
+        "bytes_down",
+        "bytes_total",
+        "messages",
+        "messages_dropped",
+        "virtual_time_s",
+        "wall_time_s",
+        "metrics",
+        "per_tier",
+    ):
         assert key in on_disk
     assert set(on_disk["metrics"]) >= {"acc", "nmi", "ari"}
     assert on_disk["rounds"] == summary["rounds"]

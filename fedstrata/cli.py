@@ -171,7 +171,9 @@ def run(
 def main() -> None:
     """Entry point: run the app, turning fedstrata errors into one line and exit code 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns the exit code of typer.Exit here
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except FedstrataError as exc:

@@ -17,6 +17,7 @@ terminates. Duplicates, late and foreign updates are counted and dropped.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 from fedstrata import wire
 from fedstrata.algorithms.combine import ParamUpdate, has_converged
 from fedstrata.algorithms.multiview import MultiViewModel, State, objective, state_from_statistics
+from fedstrata.algorithms.seeding import reduce_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.mqtt import down_topic, up_topic
 from fedstrata.nodes.config import Address, ProtocolConfig
@@ -45,13 +47,15 @@ from fedstrata.nodes.events import (
 )
 from fedstrata.nodes.messages import (
     Shape,
-    add_partials,
+    check_partial,
     merge_reference_bodies,
     params_partial,
+    read_candidates,
     read_references,
     read_state,
     solve_params,
     state_body,
+    sum_partials,
     to_stats,
 )
 
@@ -142,6 +146,12 @@ class AggregatorNode:
         self._received: dict[str, dict[str, Any]] = {}
         self._seen_models: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
+        self._rng = np.random.default_rng(zlib.crc32(node_id.encode()))
+        self._topics = (
+            up_topic(protocol.run, tier, node_id),
+            down_topic(protocol.run, tier, node_id),
+            None if parent is None else up_topic(protocol.run, parent.tier, parent.group),
+        )
 
     @property
     def is_root(self) -> bool:
@@ -149,10 +159,10 @@ class AggregatorNode:
         return self.parent is None
 
     def _up(self) -> str:
-        return up_topic(self.protocol.run, self.tier, self.node_id)
+        return self._topics[0]
 
     def _down(self) -> str:
-        return down_topic(self.protocol.run, self.tier, self.node_id)
+        return self._topics[1]
 
     # -- entry point -----------------------------------------------------------------
 
@@ -256,8 +266,9 @@ class AggregatorNode:
             if body.get("mode") != "setup":
                 raise WireError("expected a setup reply")
             read_references(body, self.shape)
+            read_candidates(body, self.shape)
         else:
-            add_partials([body], self.shape)  # validates before it can poison a sum
+            check_partial(body, self.shape)  # once, before it can poison a sum
         self._received[env.sender] = body
         if len(self._received) == len(self.children):
             return [CancelTimer(name=_DEADLINE), *self._close()]
@@ -295,10 +306,11 @@ class AggregatorNode:
     def _merge_setup(self, bodies: list[dict[str, Any]]) -> dict[str, Any]:
         merged: dict[str, Any] = {"mode": "setup", "n": sum(int(b.get("n", 0)) for b in bodies)}
         merged.update(merge_reference_bodies(bodies, self.shape))
-        with_init = [b for b in bodies if "init" in b]
-        if with_init:
-            best = max(with_init, key=lambda b: int(b["init_n"]))
-            merged["init"], merged["init_n"] = best["init"], best["init_n"]
+        cands = [read_candidates(b, self.shape) for b in bodies]
+        views = [np.vstack([c[0][h] for c in cands]) for h in range(self.shape.n_views)]
+        weights = np.concatenate([c[1] for c in cands])
+        centers, w = reduce_candidates(views, weights, self.shape.n_clusters, self._rng)
+        merged["init"], merged["init_w"] = centers, w
         return merged
 
     def _ordered(self) -> list[dict[str, Any]]:
@@ -317,7 +329,7 @@ class AggregatorNode:
             "ok": ok,
         }
         if ok:
-            total = add_partials(self._ordered(), self.shape)
+            total = sum_partials(self._ordered())
             if total["mode"] == "stats":
                 stats = to_stats(total, self.shape)
                 new = state_from_statistics(stats, prev, self.model)
@@ -343,8 +355,8 @@ class AggregatorNode:
             merged = self._merge_setup(self._ordered())
             if self.protocol.kernel_scope == "global":
                 self.refs = {"refs": merged["refs"]}
-            if not self._fixed_init and "init" in merged:
-                centers = [np.asarray(a, dtype=np.float64) for a in merged["init"]]
+            if not self._fixed_init and len(merged["init_w"]) == self.shape.n_clusters:
+                centers = merged["init"]
                 H = self.shape.n_views
                 self.global_state = read_state(
                     {"centers": centers, "view_weights": np.full(H, 1.0 / H)}, self.shape
@@ -427,7 +439,7 @@ class AggregatorNode:
             body=body,
         )
         return Publish(
-            topic=up_topic(self.protocol.run, self.parent.tier, self.parent.group),
+            topic=self._topics[2],
             payload=wire.encode(env),
             qos=self.protocol.qos,
         )
@@ -439,7 +451,7 @@ class AggregatorNode:
         bodies = self._ordered()
         if self.phase == "setup":
             return [self._publish_up(self._merge_setup(bodies))]
-        total = add_partials(bodies, self.shape)
+        total = sum_partials(bodies)
         if self.period == 1:
             return [self._publish_up(total)]
         prev = self.global_state

@@ -14,7 +14,6 @@ import numpy as np
 from fedstrata import wire
 from fedstrata.algorithms._base import fit_batched
 from fedstrata.algorithms.combine import ParamUpdate, personalize
-from fedstrata.algorithms.init import initial_centers
 from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.multiview import (
     MultiViewModel,
@@ -24,6 +23,7 @@ from fedstrata.algorithms.multiview import (
     objective,
     prepare_views,
 )
+from fedstrata.algorithms.seeding import local_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.mqtt import down_topic, up_topic
 from fedstrata.nodes.config import Address, ProtocolConfig
@@ -109,6 +109,7 @@ class ClientNode:
         self._local: State | None = None
         self._seen: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
+        self._up_topic = up_topic(protocol.run, parent.tier, parent.group)
 
     @property
     def n_samples(self) -> int:
@@ -153,7 +154,7 @@ class ClientNode:
             body=body,
         )
         return Publish(
-            topic=up_topic(self.protocol.run, self.parent.tier, self.parent.group),
+            topic=self._up_topic,
             payload=wire.encode(env),
             qos=self.protocol.qos,
         )
@@ -184,15 +185,14 @@ class ClientNode:
 
     def _setup(self, round_: int) -> list[Effect]:
         refs = [kernel_reference(X) for X in self.views]
-        init = (
-            initial_centers(self.views, self.model.n_clusters, n_init=1, rng=self.rng)
-            if self.n_samples >= self.model.n_clusters
-            else None
-        )
-        body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
-        if init is not None:
-            body["init"] = [a[0] for a in init]
-            body["init_n"] = self.n_samples
+        candidates, sizes = local_candidates(self.views, self.model.n_clusters, self.rng)
+        body: dict[str, Any] = {
+            "mode": "setup",
+            "n": self.n_samples,
+            **references_body(refs),
+            "init": candidates,
+            "init_w": sizes,
+        }
         return [Compute(flops=self._flops(10)), self._publish(round_, body)]
 
     def _prepare(self, body: dict[str, Any]) -> PreparedViews:

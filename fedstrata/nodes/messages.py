@@ -31,13 +31,16 @@ from fedstrata.errors import WireError
 __all__ = [
     "Shape",
     "add_partials",
+    "check_partial",
     "params_partial",
+    "read_candidates",
     "read_references",
     "read_state",
     "references_body",
     "solve_params",
     "state_body",
     "stats_partial",
+    "sum_partials",
     "to_stats",
 ]
 
@@ -135,6 +138,19 @@ def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference]
     return out
 
 
+def read_candidates(body: dict[str, Any], shape: Shape) -> tuple[list[np.ndarray], np.ndarray]:
+    """Parse initialisation candidates: per view (k, d_h) centres and (k,) weights."""
+    w = body.get("init_w")
+    if not isinstance(w, np.ndarray) or w.ndim != 1 or w.size == 0:
+        raise WireError("body field 'init_w' must be a non-empty 1-D array")
+    k = w.size
+    centers = _arrays(body, "init", [(k, d) for d in shape.dims])
+    weights = _array(body, "init_w", (k,))
+    if (weights <= 0).any():
+        raise WireError("initialisation weights must be positive")
+    return centers, weights
+
+
 def stats_partial(stats: Stats, objective: float = 0.0) -> dict[str, Any]:
     """An additive ``stats`` partial from (unbatched) statistics."""
     return {
@@ -197,7 +213,8 @@ def params_partial(update: ParamUpdate, rule: str) -> dict[str, Any]:
     }
 
 
-def _check_partial(body: dict[str, Any], shape: Shape) -> str:
+def check_partial(body: dict[str, Any], shape: Shape) -> str:
+    """Validate an update partial against ``shape``; return its mode. Raises WireError."""
     mode = body.get("mode")
     if mode not in ("stats", "params", "items"):
         raise WireError(f"unknown update mode {mode!r}")
@@ -226,10 +243,19 @@ def _check_partial(body: dict[str, Any], shape: Shape) -> str:
 
 
 def add_partials(partials: Sequence[dict[str, Any]], shape: Shape) -> dict[str, Any]:
-    """Sum partials of one mode (concatenate for ``items``); validates every input."""
+    """Validate partials, then sum them (see :func:`sum_partials`)."""
     if not partials:
         raise WireError("nothing to add")
-    modes = {_check_partial(p, shape) for p in partials}
+    for p in partials:
+        check_partial(p, shape)
+    return sum_partials(partials)
+
+
+def sum_partials(partials: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sum already validated partials of one mode (concatenate for ``items``)."""
+    if not partials:
+        raise WireError("nothing to add")
+    modes = {p["mode"] for p in partials}
     if len(modes) != 1:
         raise WireError(f"cannot add partials of different modes {sorted(modes)}")
     mode = modes.pop()

@@ -138,7 +138,7 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
                 0,
                 "edge",
                 f"client-{k}",
-                {"mode": "setup", "n": n, **refs_n, "init": A, "init_n": n},
+                {"mode": "setup", "n": n, **refs_n, "init": A, "init_w": np.zeros(c)},
             )
         )
         total += _publish(down, setup_down) + _publish(up, setup_up)

@@ -306,11 +306,12 @@ class AggregatorNode:
     def _merge_setup(self, bodies: list[dict[str, Any]]) -> dict[str, Any]:
         merged: dict[str, Any] = {"mode": "setup", "n": sum(int(b.get("n", 0)) for b in bodies)}
         merged.update(merge_reference_bodies(bodies, self.shape))
-        cands = [read_candidates(b, self.shape) for b in bodies]
-        views = [np.vstack([c[0][h] for c in cands]) for h in range(self.shape.n_views)]
-        weights = np.concatenate([c[1] for c in cands])
-        centers, w = reduce_candidates(views, weights, self.shape.n_clusters, self._rng)
-        merged["init"], merged["init_w"] = centers, w
+        cands = [c for c in (read_candidates(b, self.shape) for b in bodies) if c is not None]
+        if cands:
+            views = [np.vstack([c[0][h] for c in cands]) for h in range(self.shape.n_views)]
+            weights = np.concatenate([c[1] for c in cands])
+            centers, w = reduce_candidates(views, weights, self.shape.n_clusters, self._rng)
+            merged["init"], merged["init_w"] = centers, w
         return merged
 
     def _ordered(self) -> list[dict[str, Any]]:
@@ -355,7 +356,9 @@ class AggregatorNode:
             merged = self._merge_setup(self._ordered())
             if self.protocol.kernel_scope == "global":
                 self.refs = {"refs": merged["refs"]}
-            if not self._fixed_init and len(merged["init_w"]) == self.shape.n_clusters:
+                if any(r is None for r in merged["refs"]):
+                    ok = False  # a view nobody reported: wait for a setup that covers all
+            if not self._fixed_init and len(merged.get("init_w", ())) == self.shape.n_clusters:
                 centers = merged["init"]
                 H = self.shape.n_views
                 self.global_state = read_state(

@@ -75,13 +75,16 @@ class ClientNode:
     parent
         The aggregator it reports to.
     views
-        Its local data, validated (n, d_h) arrays.
+        Its local data, validated (n, d_h) arrays, one per view it holds.
     model
         Clustering hyper-parameters.
     protocol
         Protocol settings.
     seed
         Seed of its own random generator (local initialisation).
+    view_ids, dims
+        Hybrid views: which of the federation's views ``views`` are, and the feature
+        count of every view of the federation. By default it holds all views.
     """
 
     tier = "edge"
@@ -95,13 +98,21 @@ class ClientNode:
         model: MultiViewModel,
         protocol: ProtocolConfig,
         seed: int = 0,
+        view_ids: Sequence[int] | None = None,
+        dims: Sequence[int] | None = None,
     ) -> None:
         self.node_id = node_id
         self.parent = parent
         self.views = [np.asarray(v, dtype=np.float64) for v in views]
         self.model = model
         self.protocol = protocol
-        self.shape = Shape(model.n_clusters, tuple(v.shape[1] for v in self.views))
+        self.view_ids = tuple(range(len(self.views))) if view_ids is None else tuple(view_ids)
+        all_dims = tuple(v.shape[1] for v in self.views) if dims is None else tuple(dims)
+        self.shape = Shape(model.n_clusters, all_dims)
+        if len(self.view_ids) != len(self.views) or any(
+            all_dims[g] != v.shape[1] for g, v in zip(self.view_ids, self.views, strict=True)
+        ):
+            raise NodeProtocolError(f"client {node_id}: views do not match view_ids/dims")
         self.rng = np.random.default_rng(seed)
         self.state = ClientState.NEW
         self._prepared: PreparedViews | None = None
@@ -184,15 +195,13 @@ class ClientNode:
         return float(per * iters * self.protocol.flops_per_element)
 
     def _setup(self, round_: int) -> list[Effect]:
-        refs = [kernel_reference(X) for X in self.views]
-        candidates, sizes = local_candidates(self.views, self.model.n_clusters, self.rng)
-        body: dict[str, Any] = {
-            "mode": "setup",
-            "n": self.n_samples,
-            **references_body(refs),
-            "init": candidates,
-            "init_w": sizes,
-        }
+        refs: list[Any] = [None] * self.shape.n_views
+        for g, X in zip(self.view_ids, self.views, strict=True):
+            refs[g] = kernel_reference(X)
+        body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
+        if len(self.view_ids) == self.shape.n_views:  # only full-view clients can seed all views
+            candidates, sizes = local_candidates(self.views, self.model.n_clusters, self.rng)
+            body["init"], body["init_w"] = candidates, sizes
         return [Compute(flops=self._flops(10)), self._publish(round_, body)]
 
     def _prepare(self, body: dict[str, Any]) -> PreparedViews:
@@ -201,11 +210,20 @@ class ClientNode:
             None
             if refs is None
             else b"".join(
-                r.minimum.tobytes() + r.maximum.tobytes() + r.total.tobytes() for r in refs
+                r.minimum.tobytes() + r.maximum.tobytes() + r.total.tobytes()
+                for r in refs
+                if r is not None
             )
         )
         if self._prepared is None or key != self._refs_key:
-            self._prepared = prepare_views(self.views, self.model, references=refs)
+            held = None if refs is None else [refs[g] for g in self.view_ids]
+            self._prepared = prepare_views(
+                self.views,
+                self.model,
+                view_ids=self.view_ids,
+                n_views=self.shape.n_views,
+                references=held,  # type: ignore[arg-type]
+            )
             self._refs_key = key
         return self._prepared
 
@@ -236,7 +254,9 @@ class ClientNode:
         self._local = res.state
         stats = local_statistics(pv, res.state, self.model)
         update = ParamUpdate(
-            centers=tuple(a[0] for a in res.state.centers),
+            centers=tuple(
+                a[0] if g in self.view_ids else None for g, a in enumerate(res.state.centers)
+            ),
             view_weights=res.state.view_weights[0],
             n_samples=self.n_samples,
             cluster_mass=stats.cluster_mass[0],

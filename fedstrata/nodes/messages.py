@@ -108,23 +108,28 @@ def read_state(body: dict[str, Any], shape: Shape) -> State:
     return State(tuple(centers), v)
 
 
-def references_body(refs: Sequence[KernelReference]) -> dict[str, Any]:
-    """Body field for per-view kernel references (min, max, sum, count)."""
+def references_body(refs: Sequence[KernelReference | None]) -> dict[str, Any]:
+    """Body field for per-view kernel references (min, max, sum, count); None: view not held."""
     return {
         "refs": [
-            {"min": r.minimum, "max": r.maximum, "sum": r.total, "count": int(r.count)}
+            None
+            if r is None
+            else {"min": r.minimum, "max": r.maximum, "sum": r.total, "count": int(r.count)}
             for r in refs
         ]
     }
 
 
-def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference]:
-    """Parse per-view kernel references."""
+def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference | None]:
+    """Parse per-view kernel references (None for a view nobody below holds)."""
     refs = body.get("refs")
     if not isinstance(refs, list) or len(refs) != shape.n_views:
         raise WireError(f"body field 'refs' must be a list of {shape.n_views} maps")
-    out = []
+    out: list[KernelReference | None] = []
     for h, (item, d) in enumerate(zip(refs, shape.dims, strict=True)):
+        if item is None:
+            out.append(None)
+            continue
         if not isinstance(item, dict):
             raise WireError(f"refs[{h}] must be a map")
         out.append(
@@ -138,8 +143,16 @@ def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference]
     return out
 
 
-def read_candidates(body: dict[str, Any], shape: Shape) -> tuple[list[np.ndarray], np.ndarray]:
-    """Parse initialisation candidates: per view (k, d_h) centres and (k,) weights."""
+def read_candidates(
+    body: dict[str, Any], shape: Shape
+) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """Parse initialisation candidates: per view (k, d_h) centres and (k,) weights.
+
+    None when the body carries none (a client holding only some views cannot propose
+    centres aligned across all views).
+    """
+    if "init_w" not in body and "init" not in body:
+        return None
     w = body.get("init_w")
     if not isinstance(w, np.ndarray) or w.ndim != 1 or w.size == 0:
         raise WireError("body field 'init_w' must be a non-empty 1-D array")
@@ -311,7 +324,8 @@ def solve_params(body: dict[str, Any], shape: Shape, previous: State) -> State:
 def merge_reference_bodies(bodies: Sequence[dict[str, Any]], shape: Shape) -> dict[str, Any]:
     """Merge children's kernel references (min of mins, max of maxes, sums)."""
     per_client = [read_references(b, shape) for b in bodies]
-    merged = [
-        merge_kernel_references([refs[h] for refs in per_client]) for h in range(shape.n_views)
-    ]
+    merged: list[KernelReference | None] = []
+    for h in range(shape.n_views):
+        held = [refs[h] for refs in per_client if refs[h] is not None]
+        merged.append(merge_kernel_references(held) if held else None)  # type: ignore[arg-type]
     return references_body(merged)

@@ -32,6 +32,7 @@ class Federation:
     scenario: Scenario
     dataset: MultiViewDataset
     client_indices: dict[str, np.ndarray]
+    client_views: dict[str, tuple[int, ...]]
     model: MultiViewModel
     protocol: ProtocolConfig
     shape: Shape
@@ -41,14 +42,28 @@ class Federation:
 
     def prepared_clients(self) -> dict[str, PreparedViews]:
         """Each client's views prepared as the clients do (global or local δ)."""
-        views = {c: [X[idx] for X in self.dataset.views] for c, idx in self.client_indices.items()}
+        X = self.dataset.views
+        held = self.client_views
+        views = {c: [X[g][idx] for g in held[c]] for c, idx in self.client_indices.items()}
+        H = self.shape.n_views
+        refs: list[Any] = [None] * H
         if self.protocol.kernel_scope == "global":
             refs = [
-                merge_kernel_references([kernel_reference(v[h]) for v in views.values()])
-                for h in range(self.shape.n_views)
+                merge_kernel_references(
+                    [kernel_reference(X[h][self.client_indices[c]]) for c in views if h in held[c]]
+                )
+                for h in range(H)
             ]
-            return {c: prepare_views(v, self.model, references=refs) for c, v in views.items()}
-        return {c: prepare_views(v, self.model) for c, v in views.items()}
+        return {
+            c: prepare_views(
+                v,
+                self.model,
+                view_ids=held[c],
+                n_views=H,
+                references=None if refs[0] is None else [refs[g] for g in held[c]],
+            )
+            for c, v in views.items()
+        }
 
 
 def latency_model(spec: LatencySpec) -> LatencyModel:
@@ -132,11 +147,6 @@ def build_federation(
     """
     if seed is not None:
         sc = sc.model_copy(update={"seed": seed})
-    if sc.data.views is not None and sc.data.views.get("all", 0.0) < 1.0:
-        raise ScenarioError(
-            "hybrid view assignments are not simulated yet (every client holds every view)",
-            path="data.views",
-        )
     try:
         ds = load_dataset(sc.data.dataset, random_state=sc.seed, **sc.data.params)
     except ScenarioError:
@@ -159,6 +169,18 @@ def build_federation(
         qos=pr.qos,
     )
     indices = split_data(sc, ds)
+    if sc.data.views is None:
+        held = [tuple(range(ds.n_views))] * len(indices)
+    else:
+        try:
+            held = part.hybrid_views(
+                len(indices),
+                ds.n_views,
+                dict(sc.data.views),
+                random_state=np.random.default_rng([sc.seed, 3]),
+            )
+        except Exception as exc:
+            raise ScenarioError(str(exc), path="data.views") from None
     ids = sc.node_ids()
     tiers = [("cloud", ids["cloud"])] + [(t.name, ids[t.name]) for t in sc.topology.tiers]
     tier_of = {n: name for name, group in tiers for n in group}
@@ -226,10 +248,12 @@ def build_federation(
         node = ClientNode(
             c,
             parent=Address(tier_of[parent], parent),
-            views=[X[idx] for X in ds.views],
+            views=[ds.views[g][idx] for g in held[j]],
             model=model,
             protocol=protocol,
             seed=int(np.random.default_rng([sc.seed, 2, j]).integers(2**31)),
+            view_ids=held[j],
+            dims=shape.dims,
         )
         sim.add_node(
             node,
@@ -241,6 +265,7 @@ def build_federation(
         sc,
         ds,
         client_indices,
+        dict(zip(clients, map(tuple, held), strict=True)),
         model,
         protocol,
         shape,

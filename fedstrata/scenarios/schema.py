@@ -322,6 +322,12 @@ class Scenario(_Strict):
                 )
         if not names and topo.clients.count < 1:
             _fail("topology.clients", "a federation needs at least one client")
+        views = self.data.views
+        if views is not None:
+            if abs(sum(views.values()) - 1.0) > 1e-9:
+                _fail("data.views", "the ratios of all/some/single must sum to 1")
+            if views.get("all", 0.0) <= 0.0:
+                _fail("data.views", "some clients must hold all views (they seed aligned centres)")
         if self.data.partition.kind == "dirichlet" and self.data.partition.alpha is None:
             _fail("data.partition", "kind 'dirichlet' needs alpha")
         if self.data.partition.kind == "stratified":

@@ -1,9 +1,13 @@
 """The kernel's hot path: moving messages over links and brokers, and driving nodes.
 
 :class:`Engine` carries out node effects and turns the network into node
-events. Every delivery is one scheduled SimPy event with a callback (a
-:class:`~fedstrata.sim.state.Hop`), never a process per message, and a
-broadcast shares one payload ``bytes`` object among all subscribers.
+events. Every hop over a link is one scheduled SimPy event with a callback
+(a :class:`~fedstrata.sim.state.Hop`), never a process per message, and a
+broadcast shares one payload ``bytes`` object among all subscribers. A
+broker hands a message to a co-located subscriber (``link=None``, zero
+delay) directly, at the same virtual time, without a heap round trip: it
+runs inside the broker's arrival callback, never inside a node's
+``handle``, so nothing re-enters a node.
 
 QoS 1 is modelled per hop with the sender's view of MQTT 3.1.1 §4.3.2: the
 receiver answers every PUBLISH it gets with a PUBACK over the same link;
@@ -29,8 +33,8 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL
 
-from fedstrata.errors import NodeProtocolError, ValidationError
-from fedstrata.mqtt import Will, puback_size, validate_topic
+from fedstrata.errors import NodeProtocolError
+from fedstrata.mqtt import puback_size, validate_topic
 from fedstrata.nodes.events import (
     CancelTimer,
     Compute,
@@ -40,13 +44,14 @@ from fedstrata.nodes.events import (
     Publish,
     Record,
     SetTimer,
-    Started,
     Subscribe,
     TimerFired,
 )
+from fedstrata.sim import lifecycle
 from fedstrata.sim.broker import Message, SimBroker
 from fedstrata.sim.state import (
     FAST,
+    LOCAL,
     LOST,
     SLOW,
     Call,
@@ -209,7 +214,8 @@ class Engine:
             **fields,
         )
 
-    def _drop(self, ns: NodeState, reason: str, hop: Hop | None, dup: bool = False) -> None:
+    def drop(self, ns: NodeState, reason: str, hop: Hop | None, dup: bool = False) -> None:
+        """Count and log a drop (``reason`` in :data:`DROP_REASONS`) at node ``ns``."""
         self.drops[reason] = self.drops.get(reason, 0) + 1
         ns.dropped += 1
         if self.events is not None:
@@ -247,7 +253,7 @@ class Engine:
         if up:
             avail = port.ns.avail
             if avail is not None and not avail.is_online(now):
-                self._drop(port.ns, "offline", hop, dup)
+                self.drop(port.ns, "offline", hop, dup)
                 if q:
                     self._retry_at(hop, now + self.retry_interval, now)
                 return
@@ -265,7 +271,7 @@ class Engine:
             self._log_msg("send", hop, size, dup)
         ri = self.retry_interval if up else port.broker.retry_interval
         if d < 0:
-            self._drop(port.ns, "loss" if d == LOST else "outage", hop, dup)
+            self.drop(port.ns, "loss" if d == LOST else "outage", hop, dup)
             if q:
                 self._retry_at(hop, now + ri, now)
             return
@@ -298,41 +304,32 @@ class Engine:
             return
         limit = self.max_retries if up else port.broker.max_retries
         if hop.tries >= limit:
-            self._drop(ns, "max_retries", hop, True)
+            self.drop(ns, "max_retries", hop, True)
             return
         hop.tries += 1
         self.retransmissions += 1
         self._send(hop, now, True)
 
     def _ack(self, hop: Hop, now: float) -> None:
-        """Send the PUBACK for ``hop`` back over the same link and decide whether a retry is due."""
+        """Send the PUBACK for ``hop`` over a SLOW link and decide whether a retry is due.
+
+        The arrival callbacks inline the same steps for FAST and LOCAL ports.
+        """
         port = hop.port
         up = hop.up
-        mode = port.mode
-        if mode == FAST:
-            size = self._puback
-            if up:
-                port.ack_down_bytes += size
-            else:
-                port.ack_up_bytes += size
-            buf = port.lat_buf
-            ack_at = now + (buf.pop() if buf else port.refill()) + size * port.spb
-        elif mode == SLOW:
-            size = self._puback
-            if up:
-                port.ack_down_bytes += size
-            else:
-                port.ack_up_bytes += size
-            d = port.transmit(size, now)
-            if d < 0:
-                self.acks_lost += 1
-                if self.events is not None:
-                    self._log_msg("ack_lost", hop, size, False)
-                ack_at = math.inf
-            else:
-                ack_at = now + d
+        size = self._puback
+        if up:
+            port.ack_down_bytes += size
         else:
-            ack_at = now
+            port.ack_up_bytes += size
+        d = port.transmit(size, now)
+        if d < 0:
+            self.acks_lost += 1
+            if self.events is not None:
+                self._log_msg("ack_lost", hop, size, False)
+            ack_at = math.inf
+        else:
+            ack_at = now + d
         if ack_at < hop.ack_at:
             hop.ack_at = ack_at
         if not hop.retry_pending:
@@ -383,11 +380,16 @@ class Engine:
                     fwd = hop.fwd = {}
         elif self.events is not None:
             self._log_msg("recv", hop, None, False)
-        self._fanout(hop.port.broker, hop.msg, now, fwd)
+        self.fanout(hop.port.broker, hop.msg, now, fwd)
 
-    def _fanout(
+    def fanout(
         self, broker: SimBroker, msg: Message, now: float, fwd: dict[Port, Hop] | None
     ) -> None:
+        """Forward ``msg`` from ``broker`` to every matching subscriber (retained store first).
+
+        ``fwd`` (copies already forwarded, by port) marks copies of a duplicate
+        publication as duplicates; ``None`` when there can be none.
+        """
         mq = msg.qos
         cb = self._cb_node
         general = fwd is not None or self.events is not None
@@ -397,26 +399,35 @@ class Engine:
             broker.retain(msg)
         for port, sq in broker.subscriptions.match(msg.topic):
             q = sq if sq < mq else mq
-            h = Hop(cb, msg, q, port, port.ns, False)
             mode = port.mode
+            if mode == LOCAL:
+                # Co-located subscriber: zero delay, so it gets the message now, inside this
+                # callback, not through the heap (same virtual time; this runs in a broker's
+                # callback, never inside a node's handle, so nothing re-enters a node).
+                if not general and port.ns.avail is None:
+                    self._deliver_local(port.ns, msg, now)  # nothing to lose, ack or dedupe
+                    continue
+                h = Hop(cb, msg, q, port, port.ns, False)
+                if fwd is not None:
+                    _pair(fwd, port, h)
+                if self.events is not None:
+                    self._log_msg("send", h, msg.size1 if q else msg.size0, False)
+                self.live += 1
+                h.t_sent = now
+                self._arrive_node(h)
+                continue
+            h = Hop(cb, msg, q, port, port.ns, False)
             if general or mode == SLOW:
                 if fwd is not None:
-                    first = fwd.get(port)
-                    if first is None:
-                        fwd[port] = h
-                    else:
-                        h.twin = first
+                    _pair(fwd, port, h)
                 self._send(h, now, False)
                 continue
-            # _send inlined for FAST and LOCAL ports: one latency draw, one scheduled event.
-            if mode == FAST:
-                size = msg.size1 if q else msg.size0
-                port.down_bytes += size
-                port.down_msgs += 1
-                buf = port.lat_buf
-                d = (buf.pop() if buf else port.refill()) + size * port.spb
-            else:
-                d = 0.0
+            # _send inlined for FAST ports: one latency draw, one scheduled event.
+            size = msg.size1 if q else msg.size0
+            port.down_bytes += size
+            port.down_msgs += 1
+            buf = port.lat_buf
+            d = (buf.pop() if buf else port.refill()) + size * port.spb
             self.live += 1
             schedule(h, NORMAL, d)
             if q:
@@ -430,12 +441,12 @@ class Engine:
         ns = hop.ns
         if hop.inc != ns.inc or ns.status is not _LIVE:
             gone = ns.status is _FINISHED and hop.inc == ns.inc
-            self._drop(ns, "finished" if gone else "crashed", hop)
+            self.drop(ns, "finished" if gone else "crashed", hop)
             return
         q = hop.qos
         avail = ns.avail
         if avail is not None and not avail.is_online(now):
-            self._drop(ns, "offline", hop)
+            self.drop(ns, "offline", hop)
             if q and not hop.retry_pending:
                 self._retry_at(hop, max(now, hop.t_sent + hop.port.broker.retry_interval), now)
             return
@@ -461,7 +472,7 @@ class Engine:
         state = first.delivered
         if state:
             if state == 2:
-                self._drop(ns, "dropout", hop)
+                self.drop(ns, "dropout", hop)
                 return
             ns.duplicates += 1
             if self.events is not None:
@@ -473,7 +484,7 @@ class Engine:
                 and ns.dropout_draw() < ns.dropout_p  # type: ignore[misc]
             ):
                 first.delivered = 2
-                self._drop(ns, "dropout", hop)
+                self.drop(ns, "dropout", hop)
                 return
             first.delivered = 1
             ns.delivered += 1
@@ -487,7 +498,37 @@ class Engine:
         else:
             ev = Delivered(now=now, topic=msg.topic, payload=msg.payload)
         if ns.busy:
-            ns.pending.append(ev)
+            ns.wait(ev)
+            return
+        effects = ns.node.handle(ev)
+        if effects:
+            self._apply(ns, effects, 0)
+
+    def _deliver_local(self, ns: NodeState, msg: Message, now: float) -> None:
+        """Hand ``msg`` to a co-located, always-available subscriber (``_arrive_node`` trimmed).
+
+        No link: nothing is lost, the PUBACK is instant and no copy can be a duplicate.
+        """
+        if ns.status is not _LIVE:  # unreachable: a session that ended has no subscriptions
+            self.drop(ns, "finished" if ns.status is _FINISHED else "crashed", None)
+            return
+        if (
+            ns.dropout_p
+            and msg.topic.endswith(ns.dropout_suffix)
+            and ns.dropout_draw() < ns.dropout_p  # type: ignore[misc]
+        ):
+            self.drop(ns, "dropout", None)
+            return
+        ns.delivered += 1
+        if _FAST_DELIVERED:
+            ev = _new(Delivered)
+            _set_now(ev, now)
+            _set_topic(ev, msg.topic)
+            _set_payload(ev, msg.payload)
+        else:
+            ev = Delivered(now=now, topic=msg.topic, payload=msg.payload)
+        if ns.busy:
+            ns.wait(ev)
             return
         effects = ns.node.handle(ev)
         if effects:
@@ -498,7 +539,7 @@ class Engine:
     def feed(self, ns: NodeState, event: Event) -> None:
         """Hand ``event`` to the node now, or queue it while the node is computing."""
         if ns.busy:
-            ns.pending.append(event)
+            ns.wait(event)
             return
         effects = ns.node.handle(event)
         if effects:
@@ -535,7 +576,7 @@ class Engine:
             else:
                 if i != n:
                     raise NodeProtocolError(f"{ns.node_id}: Finished must be the last effect")
-                self._finish(ns, eff.result)
+                lifecycle.finish(self, ns, eff.result)
 
     def _resume(self, ns: NodeState, inc: int, effects: Sequence[Any], i: int) -> None:
         """End a Compute: carry out the rest of its effects, then the queued events."""
@@ -543,15 +584,19 @@ class Engine:
             return
         ns.busy = False
         self._apply(ns, effects, i)
-        pending = ns.pending
-        while pending and not ns.busy and ns.inc == inc and ns.status is _LIVE:
-            ev = pending.popleft()
+        while ns.pending and not ns.busy and ns.inc == inc and ns.status is _LIVE:
+            ev = ns.pending.popleft()
             now = self.env.now
             if ev.now != now:
                 ev = dataclasses.replace(ev, now=now)  # the node's clock is the handling time
             out = ns.node.handle(ev)
             if out:
                 self._apply(ns, out, 0)
+
+    def next_mid(self) -> int:
+        """Return a new run-wide message number."""
+        self._mid += 1
+        return self._mid
 
     def _publish(self, ns: NodeState, eff: Publish) -> None:
         topic = eff.topic
@@ -625,7 +670,7 @@ class Engine:
                 return
             del ns.timers[ev.name]
             self.live -= 1
-            self._drop(ns, "offline", None)
+            self.drop(ns, "offline", None)
             return
         self.live -= 1
         del ns.timers[ev.name]
@@ -634,97 +679,14 @@ class Engine:
             self.log("timer", ns.node_id, ns.node_id, name=ev.name)
         self.feed(ns, TimerFired(now=now, name=ev.name))
 
-    # ------------------------------------------------------------------ life cycle
 
-    def start(self, ns: NodeState, inc: int) -> None:
-        """Connect the node (register its will) and hand it ``Started``; deferred while offline."""
-        if ns.inc != inc:
-            return
-        now = self.env.now
-        avail = ns.avail
-        if avail is not None and not avail.is_online(now):
-            t_on = avail.next_online(now)
-            if t_on is None:
-                self._drop(ns, "offline", None)
-                self.unfinished -= 1
-            else:
-                self.call(t_on - now, self.start, ns, inc)
-            return
-        ns.status = _LIVE
-        if ns.will is not None:
-            port = self.route(ns, ns.will.topic)
-            port.broker.set_will(port, ns.will)
-        if self.events is not None:
-            self.log("start", ns.node_id, ns.node_id)
-        self.feed(ns, Started(now=now))
-
-    def _finish(self, ns: NodeState, result: Any) -> None:
-        ns.status = _FINISHED
-        self.results[ns.node_id] = result
-        self.unfinished -= 1
-        self.live -= len(ns.timers)
-        ns.timers.clear()
-        ns.pending.clear()
-        for port in ns.ports:
-            port.broker.disconnect(port, clean=True)  # DISCONNECT: the will is discarded
-        if self.events is not None:
-            self.log("finish", ns.node_id, ns.node_id)
-
-    def crash(self, ns: NodeState, restart_after: float | None, factory: Any) -> None:
-        """End the node's session uncleanly now: wills are published; maybe restart later."""
-        now = self.env.now
-        if ns.status is not _LIVE and ns.status is not Status.PENDING:
-            if self.events is not None:
-                self.log("crash", ns.node_id, ns.node_id, reason=f"ignored: {ns.status.value}")
-            return
-        ns.inc += 1
-        ns.status = Status.CRASHED
-        ns.busy = False
-        ns.pending.clear()
-        self.live -= len(ns.timers)
-        ns.timers.clear()
-        if self.events is not None:
-            self.log("crash", ns.node_id, ns.node_id)
-        for port in ns.ports:
-            will = port.broker.disconnect(port, clean=False)
-            if will is not None:
-                self._publish_will(ns, port.broker, will, now)
-        if restart_after is None:
-            self.unfinished -= 1
-        else:
-            self.call(restart_after, self._restart, ns, factory)
-
-    def _restart(self, ns: NodeState, factory: Any) -> None:
-        if factory is not None:
-            node = factory()
-            if getattr(node, "node_id", None) != ns.node_id:
-                raise ValidationError(
-                    f"restart factory for {ns.node_id!r} returned a node with id "
-                    f"{getattr(node, 'node_id', None)!r}"
-                )
-            ns.node = node
-        if self.events is not None:
-            self.log("restart", ns.node_id, ns.node_id)
-        self.start(ns, ns.inc)
-
-    def _publish_will(self, ns: NodeState, broker: SimBroker, will: Will, now: float) -> None:
-        self._mid += 1
-        msg = Message(
-            will.topic, will.payload, will.qos, will.retain, self._mid, ns.node_id, self.protocol
-        )
-        self.publishes += 1
-        if self.events is not None:
-            self.log(
-                "will",
-                broker.site,
-                None,
-                topic=will.topic,
-                mid=msg.mid,
-                qos=will.qos,
-                retain=will.retain,
-                node=ns.node_id,
-            )
-        self._fanout(broker, msg, now, None)
+def _pair(fwd: dict[Port, Hop], port: Port, hop: Hop) -> None:
+    """Remember the first copy forwarded to ``port``; mark later copies as its twins."""
+    first = fwd.get(port)
+    if first is None:
+        fwd[port] = hop
+    else:
+        hop.twin = first
 
 
 def _kind_of(eff: Any) -> int:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedstrata.errors import ValidationError
+from fedstrata.sim import lifecycle
 from fedstrata.sim.links import Degradation, Outage, Sampler, Window
 from fedstrata.sim.state import Availability, NodeState
 
@@ -215,7 +216,7 @@ class Faults:
         if factory is not None and not callable(factory):
             raise ValidationError("factory must be callable")
         eng = self._sim.engine
-        eng.call(at - self._sim.now, eng.crash, ns, restart_after, factory)
+        eng.call(at - self._sim.now, lifecycle.crash, eng, ns, restart_after, factory)
 
     def _add_window(self, node_ids: str | Iterable[str], window: Window) -> None:
         for ns in self._states(node_ids):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -133,7 +134,7 @@ class NodeState:
         self.status = Status.PENDING
         self.inc = 0
         self.busy = False
-        self.pending: deque[Any] = deque()
+        self.pending: deque[Any] | None = None  # made on first use: an empty deque is 760 B
         self.timers: dict[str, int] = {}
         self.routes: dict[str, Port] = {}
         self.avail: Availability | None = None
@@ -144,6 +145,12 @@ class NodeState:
         self.delivered = 0
         self.duplicates = 0
         self.dropped = 0
+
+    def wait(self, event: Any) -> None:
+        """Queue ``event`` until the node's current Compute ends."""
+        if self.pending is None:
+            self.pending = deque()
+        self.pending.append(event)
 
 
 class Port:
@@ -191,7 +198,7 @@ class Port:
         self.ack_up_bytes = self.ack_down_bytes = 0
         self._rngs: dict[str, np.random.Generator] = {}
         self._models: tuple[object, object] = (None, None)
-        self.lat_buf: list[float] = []
+        self.lat_buf = array("d")  # 8 B per draw: a list of floats takes 32
         self._refill_block = 16
         self._jit: Sampler | None = None
         self._loss: Sampler | None = None
@@ -215,7 +222,7 @@ class Port:
         # A window added by a fault keeps the models: keep the buffers and their draws.
         if lat is not self._models[0] or jit is not self._models[1]:
             self._models = (lat, jit)
-            self.lat_buf = []
+            self.lat_buf = array("d")
             self._rng("latency")  # create the stream now: ~50 us, better at build than mid-run
             self._jit = None
             if jit is not None:
@@ -229,15 +236,16 @@ class Port:
     def refill(self) -> float:
         """Draw the next block of latencies into ``lat_buf`` and return the first one.
 
-        Blocks grow 16, 32, ... 128: an idle link costs little memory and a
-        busy one amortises the NumPy call. :class:`Constant` draws nothing.
+        Blocks grow 16, 32, 64: an idle link costs little memory and a busy
+        one amortises the NumPy call. :class:`Constant` draws nothing.
         """
         model = self._models[0]
         n = self._refill_block
-        self._refill_block = min(2 * n, 128)
-        block = model.sample_many(self._rng("latency"), n).tolist()  # type: ignore[attr-defined]
-        block.reverse()  # pop() from the end hands them out in draw order
-        self.lat_buf = block
+        self._refill_block = min(2 * n, 64)
+        draws = model.sample_many(self._rng("latency"), n)  # type: ignore[attr-defined]
+        block = array("d")
+        block.frombytes(np.ascontiguousarray(draws[::-1], dtype=np.float64).tobytes())
+        self.lat_buf = block  # reversed: pop() from the end hands them out in draw order
         return block.pop()
 
     def _loss_draw(self) -> float:
@@ -268,7 +276,9 @@ class Port:
         if factor != 1.0 or extra:
             d = d * factor + extra
         if bw is not None:
-            d += nbytes * 8 / bw
+            # Same float operations as the engine's inlined path (nbytes * spb), so a
+            # FAST link gives the same times whichever path (e.g. with the log on) runs.
+            d += nbytes * (self.spb if bw == link.bandwidth_bps else 8.0 / bw)
         return d
 
 

@@ -10,7 +10,9 @@ from typing import Any
 
 __all__ = ["ROUND_COLUMNS", "plot_rounds", "write_rounds", "write_summary"]
 
-#: Columns of rounds.csv, one row per round and tier.
+#: Columns of rounds.csv, one row per round (and sub-round) and tier. ``bytes`` is the
+#: cumulative PUBLISH bytes on the wire when the tier's last aggregation of that round
+#: closed, ``bytes_round`` the traffic since the tier's previous row.
 ROUND_COLUMNS = (
     "round",
     "iteration",
@@ -22,6 +24,7 @@ ROUND_COLUMNS = (
     "expected",
     "ok",
     "bytes",
+    "bytes_round",
     "virtual_time_s",
     "objective",
     "ari",

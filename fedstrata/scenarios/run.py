@@ -52,14 +52,13 @@ def simulate(
     stats = sim.stats()
     pooled = prepare_views(fed.dataset.views, fed.model)
     rows: list[dict[str, Any]] = []
-    bytes_so_far = 0
-    byte_times = _byte_timeline(sim)
     root_result = sim.results.get(sc.topology.cloud_id)
     for rec in sim.records:
         f = rec["fields"]
         if rec["kind"] == "aggregate":
             rows.append(
                 {
+                    "bytes": sum(rec["wire_bytes"].values()),
                     "round": f["round"],
                     "tier": f["tier"],
                     "phase": f["phase"],
@@ -73,19 +72,21 @@ def simulate(
             )
         elif rec["kind"] == "round":
             metrics = evaluate_state(fed, f["state"], pooled) if f.get("state") is not None else {}
-            bytes_so_far = byte_times(rec["t"])
             for row in reversed(rows):  # attach the root's outcome to its aggregate row
                 if row["tier"] == f["tier"] and row["round"] == f["round"]:
                     row.update(
                         iteration=f["iteration"],
                         objective=f.get("objective"),
-                        bytes=bytes_so_far,
                         ari=round(metrics.get("ari", float("nan")), 6) if metrics else None,
                         nmi=round(metrics.get("nmi", float("nan")), 6) if metrics else None,
                         acc=round(metrics.get("acc", float("nan")), 6) if metrics else None,
                     )
                     break
     rows = _merge_tier_rows(rows)
+    last: dict[str, int] = {}
+    for row in rows:  # traffic since the previous row of the same tier
+        row["bytes_round"] = row["bytes"] - last.get(row["tier"], 0)
+        last[row["tier"]] = row["bytes"]
     final_state = None if root_result is None else root_result.get("state")
     if final_state is None:
         metrics = {"acc": float("nan"), "nmi": float("nan"), "ari": float("nan")}
@@ -122,21 +123,6 @@ def simulate(
     return fed, summary, rows
 
 
-def _byte_timeline(sim: Any) -> Any:
-    """Cumulative wire bytes by virtual time, from the event log when it exists."""
-    events = sim.events
-    if not events:
-        return lambda t: None
-    times = np.array([e["t"] for e in events if e["ev"] == "send" and e.get("wire", True)])
-    sizes = np.cumsum([e["bytes"] for e in events if e["ev"] == "send" and e.get("wire", True)])
-
-    def at(t: float) -> int | None:
-        k = int(np.searchsorted(times, t, side="right"))
-        return int(sizes[k - 1]) if k else 0
-
-    return at
-
-
 def _merge_tier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (round, sub, tier, phase): sum participants over a tier's aggregators."""
     merged: dict[tuple, dict[str, Any]] = {}
@@ -151,6 +137,7 @@ def _merge_tier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         m["expected"] += r["expected"]
         m["ok"] = m["ok"] and r["ok"]
         m["virtual_time_s"] = max(m["virtual_time_s"], r["virtual_time_s"])
+        m["bytes"] = max(m["bytes"], r["bytes"])
     return list(merged.values())
 
 

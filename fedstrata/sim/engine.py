@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -148,6 +149,7 @@ class Engine:
         self.max_retries = max_retries
         self.events: list[dict[str, Any]] | None = [] if record_events else None
         self.records: list[dict[str, Any]] = []
+        self.tier_bytes: defaultdict[str, int] = defaultdict(int)  # wire PUBLISH bytes
         self.results: dict[str, Any] = {}
         self.nodes: dict[str, NodeState] = {}
         self.brokers: dict[str, SimBroker] = {}
@@ -260,9 +262,11 @@ class Engine:
         if port.wire:
             if up:
                 port.up_bytes += size
+                self.tier_bytes[port.ns.tier] += size
                 port.up_msgs += 1
             else:
                 port.down_bytes += size
+                self.tier_bytes[port.ns.tier] += size
                 port.down_msgs += 1
             d = port.transmit(size, now)
         else:
@@ -425,6 +429,7 @@ class Engine:
             # _send inlined for FAST ports: one latency draw, one scheduled event.
             size = msg.size1 if q else msg.size0
             port.down_bytes += size
+            self.tier_bytes[port.ns.tier] += size
             port.down_msgs += 1
             buf = port.lat_buf
             d = (buf.pop() if buf else port.refill()) + size * port.spb
@@ -571,7 +576,13 @@ class Engine:
                 self._subscribe(ns, eff.pattern, eff.qos)
             elif kind == _RECORD:
                 self.records.append(
-                    {"t": self.env.now, "node": ns.node_id, "kind": eff.kind, "fields": eff.fields}
+                    {
+                        "t": self.env.now,
+                        "node": ns.node_id,
+                        "kind": eff.kind,
+                        "fields": eff.fields,
+                        "wire_bytes": dict(self.tier_bytes),  # cumulative, per tier
+                    }
                 )
             else:
                 if i != n:
@@ -621,6 +632,7 @@ class Engine:
         if mode == FAST:
             size = msg.size1 if q else msg.size0
             port.up_bytes += size
+            self.tier_bytes[port.ns.tier] += size
             port.up_msgs += 1
             buf = port.lat_buf
             d = (buf.pop() if buf else port.refill()) + size * port.spb

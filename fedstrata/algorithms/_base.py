@@ -1,9 +1,11 @@
-"""Shared estimator shell: validation, restarts fitted as one batch, predict."""
+"""Shared estimator shell: validation, restarts (distinct ones, one per thread), predict."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,7 +23,6 @@ from fedstrata.algorithms.multiview import (
     objective,
     prepare_views,
     state_from_statistics,
-    sum_statistics,
 )
 from fedstrata.errors import ConvergenceWarning, ValidationError
 
@@ -40,6 +41,32 @@ class FitResult:
         self.objective = objective
         self.n_iter = n_iter
         self.history = history
+
+
+#: Below this many (sample, cluster) pairs a restart is too short for a thread to pay.
+_PARALLEL_MIN_SIZE = 20_000
+
+
+def _restart_workers(n_restarts: int, size: int) -> int:
+    """Threads to fit ``n_restarts`` restarts of ``size`` = n·c with: one per CPU at most."""
+    if n_restarts < 2 or size < _PARALLEL_MIN_SIZE:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(n_restarts, cpus))
+
+
+def _warn_max_iter(n_iter: np.ndarray, max_iter: int, tol: float, stacklevel: int) -> None:
+    """ConvergenceWarning for restarts that stopped at ``max_iter`` before |ΔJ| < tol."""
+    if (n_iter == max_iter).any() and tol > 0:
+        warnings.warn(
+            f"{int((n_iter == max_iter).sum())} of {n_iter.size} restarts stopped at "
+            f"max_iter={max_iter} before |ΔJ| < tol",
+            ConvergenceWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def fit_batched(
@@ -69,7 +96,7 @@ def fit_batched(
     for t in range(1, max_iter + 1):
         scale = None if view_scale is None else view_scale(np.full(active.size, t))
         stats = local_statistics(pv, state, model, view_scale=scale)
-        new = state_from_statistics(sum_statistics([stats]), state, model)
+        new = state_from_statistics(stats, state, model)  # one client: nothing to sum
         J = objective(stats, new.view_weights, model.alpha)
         for r, j in zip(active, J, strict=True):
             history[r].append(float(j))
@@ -87,13 +114,8 @@ def fit_batched(
             state = state.take(keep)
             if active.size == 0:
                 break
-    if warn and (n_iter == max_iter).any() and tol > 0:
-        warnings.warn(
-            f"{int((n_iter == max_iter).sum())} of {R} restarts stopped at max_iter={max_iter} "
-            "before |ΔJ| < tol",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+    if warn:
+        _warn_max_iter(n_iter, max_iter, tol, stacklevel=3)
     final = State(tuple(final_centers), final_weights)
     scale = None if view_scale is None else view_scale(np.maximum(n_iter, 1))
     final_stats = local_statistics(pv, final, model, view_scale=scale)
@@ -182,24 +204,39 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
         self.kernel_references_ = [kernel_reference(X) for X in data]
         pv = prepare_views(data, model)
         init = self._initial_state(data, rng)
-        # Restarts run one at a time: batching them is memory-bound and slower on (c, n)
-        # arrays; restarts that start from the same centres are fitted once.
-        best = None
-        for r in unique_restarts(init):
-            res = fit_batched(
+        # Restarts that start from the same centres are fitted once. The others run one
+        # per thread (batching them is memory-bound and slower on (c, n) arrays): numpy
+        # releases the GIL in its (c, n) loops, so distinct restarts use distinct cores.
+        restarts = unique_restarts(init)
+        view_scale = self._view_scale(pv)
+
+        def run(r: int) -> FitResult:
+            return fit_batched(
                 pv,
                 init.take(np.array([r])),
                 model,
                 max_iter=self.max_iter,
                 tol=self.tol,
-                view_scale=self._view_scale(pv),
+                view_scale=view_scale,
+                warn=False,
             )
+
+        workers = _restart_workers(len(restarts), pv.n_samples * model.n_clusters)
+        if workers > 1:
+            pv._warm_caches()  # build the shared caches before the threads start
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                results = list(pool.map(run, restarts))
+        else:
+            results = [run(r) for r in restarts]
+        best = None
+        for res in results:  # in restart order, as a sequential loop would
+            _warn_max_iter(res.n_iter, self.max_iter, self.tol, stacklevel=2)
             if best is None or res.objective[0] < best.objective[0]:
                 best = res
         assert best is not None
+        self.n_iter_ = int(best.n_iter[0])  # before _set_fitted: MVKM-ED's β depends on it
         self._set_fitted(pv, best.state.take(0), model)
         self.objective_ = float(best.objective[0])
-        self.n_iter_ = int(best.n_iter[0])
         self.objective_history_ = np.asarray(best.history[0])
         return self
 

@@ -44,7 +44,8 @@ class HKMVFC(MultiViewEstimator):
     tol
         Stop when |J_t - J_{t-1}| < tol (Algorithm 1).
     n_init
-        Restarts (fitted together as one batch); the lowest final objective wins.
+        Restarts; the lowest final objective wins. Restarts that start from the same
+        centres are fitted once; distinct ones run in parallel threads for large n·c.
     init
         ``"kmeans"`` (default), ``"k-means++"``, ``"random"``, or a list of per-view
         (c, d_h) centre arrays (then a single run).

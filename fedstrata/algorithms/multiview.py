@@ -28,15 +28,17 @@ Every array may carry leading batch axes (several restarts fitted at once): cent
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
 from fedstrata.algorithms.kernels import (
     KernelReference,
     heat_kernel_coefficients,
-    kernel_reference,
 )
 from fedstrata.errors import ValidationError
 
@@ -126,6 +128,32 @@ class PreparedViews:
     def n_samples(self) -> int:
         """Number of samples."""
         return self.views[0].shape[0]
+
+    @cached_property
+    def _gemm_rows(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]:
+        """Row stacks that turn each distance matrix into one GEMM (built on first use).
+
+        Per view [δ; δx; Σ_j δx²] (2d+1, n) for φ and [x; Σ_j x²; 1] (d+2, n) for the
+        unweighted squared norm of Eq. 16; and a ones vector (n,) for row sums.
+        """
+        phi_rows = tuple(
+            np.vstack([dT, dxT, dxx[None]])
+            for dT, dxT, dxx in zip(self.deltaT, self.dXT, self.dxx, strict=True)
+        )
+        ones = np.ones(self.n_samples)
+        sq_rows = tuple(
+            np.vstack([XT, xx[None], ones[None]]) for XT, xx in zip(self.XT, self.xx, strict=True)
+        )
+        return phi_rows, sq_rows, ones
+
+    @cached_property
+    def _workspace(self) -> _Workspace:
+        """Per-thread scratch arrays of :func:`local_statistics` (see ``_Workspace``)."""
+        return _Workspace()
+
+    def _warm_caches(self) -> None:
+        """Build the lazily cached products now (before threads share this object)."""
+        _ = self._gemm_rows, self._workspace
 
 
 @dataclass(frozen=True)
@@ -219,6 +247,24 @@ def _t(a: np.ndarray) -> np.ndarray:
     return np.swapaxes(a, -1, -2)
 
 
+def _onehot_first_argmin(W: np.ndarray) -> np.ndarray:
+    """One-hot of ``W.argmin(axis=-2)`` (ties to the lowest k), without the slow argmin.
+
+    numpy's argmin over a short non-last axis costs ~5 ns per element; c compares on
+    (n,) rows do the same in a fraction of that.
+    """
+    c = W.shape[-2]
+    hit = np.equal(W, W.min(axis=-2, keepdims=True))
+    seen = hit[..., 0, :].copy()
+    for k in range(1, c):
+        row = hit[..., k, :]
+        np.logical_and(row, ~seen, out=row)  # keep only the first minimum (argmin's tie rule)
+        seen |= row
+    if not seen.all():  # NaN somewhere: defer to numpy's own rule
+        return (W.argmin(axis=-2)[..., None, :] == np.arange(c)[:, None]).astype(W.dtype)
+    return hit.astype(W.dtype)
+
+
 def memberships(W: np.ndarray, m: float, kind: str = "fuzzy") -> np.ndarray:
     """Memberships from view-weighted distances W, laid out (..., c, n) (Eq. 15).
 
@@ -227,13 +273,12 @@ def memberships(W: np.ndarray, m: float, kind: str = "fuzzy") -> np.ndarray:
     membership equally among the zero entries (the limit of Eq. 15). Hard: one-hot
     argmin. Cluster-major layout keeps the reductions over k cheap in numpy.
     """
-    c = W.shape[-2]
     if kind == "hard":
-        return (W.argmin(axis=-2)[..., None, :] == np.arange(c)[:, None]).astype(W.dtype)
+        return _onehot_first_argmin(W)
     rowmin = W.min(axis=-2, keepdims=True)
     zero = rowmin <= _TINY
     with np.errstate(divide="ignore", invalid="ignore"):
-        U = rowmin / W  # in [0, 1]
+        U = np.divide(rowmin, W)  # in [0, 1]
         if m != 2.0:
             U **= 1.0 / (m - 1.0)
     if zero.any():
@@ -242,15 +287,111 @@ def memberships(W: np.ndarray, m: float, kind: str = "fuzzy") -> np.ndarray:
     return U
 
 
-def _phi(pv: PreparedViews, h: int, A: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
-    """δ-weighted squared distances φ (..., c, n) for held view ``h``."""
-    phi = (A * A) @ pv.deltaT[h]
-    phi -= 2.0 * (A @ pv.dXT[h])
-    phi += pv.dxx[h]
-    np.maximum(phi, 0.0, out=phi)
+# Performance (n = 10^4, c = 4, d_h = 2 on a 2-core x86 without AVX-512): a (c, n) pass
+# costs ~10 µs and a float64 exp over it ~200 µs (numpy's exp is scalar there), so an
+# iteration is dominated by its (1 + d_h) exps per view (paper form; one per view for
+# the others). Everything else is kept to a few passes: each distance matrix is ONE
+# small GEMM against cached row stacks, the weighted sums are mat-vec products (a
+# (c, n) @ (n, d) GEMM with small d is slower than d mat-vecs), and the (c, n)
+# temporaries live in a per-thread workspace reused across calls: freshly allocated
+# 320 kB arrays made glibc trim and re-fault the heap (~600 page faults per call in a
+# VM, which doubled the cost of an iteration).
+_MATVEC_MAX_D = 8
+
+
+class _Workspace(threading.local):
+    """Per-thread scratch (..., c, n) arrays for :func:`local_statistics`."""
+
+    def __init__(self) -> None:
+        self.shape: tuple[int, ...] = ()
+        self.buffers: list[np.ndarray] = []
+
+    def get(self, shape: tuple[int, ...], count: int) -> list[np.ndarray]:
+        """``count`` scratch arrays of ``shape``; only the latest shape is kept."""
+        if shape != self.shape:
+            self.shape, self.buffers = shape, []
+        while len(self.buffers) < count:
+            self.buffers.append(np.empty(shape))
+        return self.buffers[:count]
+
+
+def _neg_phi(
+    pv: PreparedViews,
+    h: int,
+    A: np.ndarray,
+    scale: np.ndarray | None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """-φ (..., c, n) for held view ``h``, times ``scale``.
+
+    φ_ik = Σ_j δ_ij (x_ij - a_kj)^2 = [a², -2a, 1]_k · [δ; δx; Σδx²]_i: one GEMM. The
+    expansion can leave -φ a few ulps above 0 where x_i = a_k; the caller clips the
+    combined distance W once instead of clipping every view.
+    """
+    coef = np.concatenate([-(A * A), 2.0 * A, np.full((*A.shape[:-1], 1), -1.0)], axis=-1)
     if scale is not None:
-        phi *= scale[..., None, None]
-    return phi
+        coef *= scale[..., None, None]
+    return np.matmul(coef, pv._gemm_rows[0][h], out=out)
+
+
+def _neg_sq(
+    pv: PreparedViews,
+    h: int,
+    A: np.ndarray,
+    scale: np.ndarray | None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """-||x_i - a_k||^2 (unweighted, times ``scale``): one GEMM (see :func:`_neg_phi`)."""
+    coef = np.concatenate(
+        [2.0 * A, np.full((*A.shape[:-1], 1), -1.0), -(A * A).sum(axis=-1, keepdims=True)],
+        axis=-1,
+    )
+    if scale is not None:
+        coef *= scale[..., None, None]
+    return np.matmul(coef, pv._gemm_rows[1][h], out=out)
+
+
+def _weighted_sums(G: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Σ_i G_ki r_ij for every feature j, (..., c, d); rows is (d, n), cols (n, d)."""
+    if rows.shape[0] <= _MATVEC_MAX_D:
+        return np.stack([G @ r for r in rows], axis=-1)
+    return G @ cols
+
+
+def _sum_products(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Σ over the last two axes of a * b, via the scratch array ``out``.
+
+    Not a BLAS dot: OpenBLAS threads ddot above 10^4 elements, and on a busy 2-core
+    machine waking its worker thread cost ~0.5 ms per call.
+    """
+    return np.multiply(a, b, out=out).sum(axis=(-2, -1))
+
+
+def _paper_sums(
+    pv: PreparedViews,
+    h: int,
+    A: np.ndarray,
+    Um: np.ndarray,
+    scale: np.ndarray | None,
+    scratch: list[np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 16/44 numerator and denominator: weights μ^m exp(-δ_ij ||x_i - a_k||^2).
+
+    The weight depends on the feature j through δ_ij: one exp over (..., c, n) per feature.
+    """
+    negsq = _neg_sq(pv, h, A, scale, out=scratch[0])
+    E = scratch[1]
+    XT, deltaT = pv.XT[h], pv.deltaT[h]
+    ones = pv._gemm_rows[2]
+    num = np.empty((*A.shape[:-1], XT.shape[0]))
+    den = np.empty_like(num)
+    for j in range(XT.shape[0]):  # loop over features, not samples
+        np.multiply(negsq, deltaT[j], out=E)
+        np.exp(E, out=E)
+        E *= Um
+        den[..., j] = E @ ones
+        num[..., j] = E @ XT[j]
+    return num, den
 
 
 def local_statistics(
@@ -274,57 +415,68 @@ def local_statistics(
         Optional per-view multiplier on δ, shape (..., H) (MVKM-ED's β_h).
     """
     H = pv.n_views
+    held = len(pv.view_ids)
     batch = state.view_weights.shape[:-1]
     c = model.n_clusters
-    euclid = model.distance == "euclidean"
+    # Euclidean distances: every centre form is the weighted mean (weights μ^m δ_ij)
+    update = "mean" if model.distance == "euclidean" else model.center_update
+    # Eq. 16's weight exp(-δ_ij ||x_i - a_k||^2) is exp(-φ_ik) itself when δ ≡ 1 or the
+    # view has one feature: no extra exp then
+    shared = [update == "paper" and (model.kernel == "none" or X.shape[1] == 1) for X in pv.views]
+    # the exact and derivation weights reuse exp(-φ) too
+    keep = [update in ("exact", "derivation") or sh for sh in shared]
+    # scratch: d per view, exp(-φ) per view that keeps it, W, W-term / μ^m, 2 for Eq. 16
+    scratch = pv._workspace.get((*batch, c, pv.n_samples), held + sum(keep) + 4)
+    d_buf, e_bufs = scratch[:held], iter(scratch[held : held + sum(keep)])
+    W, tmp, spare = scratch[-4], scratch[-3], scratch[-2:]
     va = state.view_weights**model.alpha
-    dist, expo = [], []
-    W = np.zeros((*batch, c, pv.n_samples))
+    dist: list[np.ndarray] = []
+    expo: list[np.ndarray | None] = []
     for h, g in enumerate(pv.view_ids):
         scale = None if view_scale is None else view_scale[..., g]
-        phi = _phi(pv, h, state.centers[g], scale)
-        if euclid:
-            d, e = phi, None
+        if update == "mean":
+            e = None
+            d = np.negative(_neg_phi(pv, h, state.centers[g], scale, out=d_buf[h]), out=d_buf[h])
         else:
-            e = np.exp(-phi)  # exp beats expm1 by 2x here; 1 - e is exact enough for sums
-            d = 1.0 - e
+            e = _neg_phi(pv, h, state.centers[g], scale, out=next(e_bufs) if keep[h] else d_buf[h])
+            np.exp(e, out=e)  # exp beats expm1 by 2x here; 1 - e is exact enough for sums
+            d = np.subtract(1.0, e, out=d_buf[h])  # in place unless exp(-φ) is reused
+            if not keep[h]:
+                e = None
         dist.append(d)
         expo.append(e)
-        W += va[..., g, None, None] * d
+        if h == 0:
+            np.multiply(d, va[..., g, None, None], out=W)
+        else:
+            W += np.multiply(d, va[..., g, None, None], out=tmp)
+    if held == 0:
+        W.fill(0.0)
+    np.maximum(W, 0.0, out=W)  # rounding of the expanded φ can leave W at -1e-16
     U = memberships(W, model.m, model.membership)
     if model.membership == "hard":
         Um = U
+    elif model.m == 2.0:
+        Um = np.multiply(U, U, out=tmp)
     else:
-        Um = U * U if model.m == 2.0 else U**model.m
+        Um = np.power(U, model.m, out=tmp)
 
     costs = np.zeros((*batch, H))
     nums: list[np.ndarray] = [np.zeros((*batch, c, a.shape[-1])) for a in state.centers]
     dens: list[np.ndarray] = [np.zeros((*batch, c, a.shape[-1])) for a in state.centers]
     for h, g in enumerate(pv.view_ids):
-        costs[..., g] = (Um * dist[h]).sum(axis=(-2, -1))
-        X, delta = pv.views[h], pv.deltas[h]
-        if euclid or model.center_update == "exact":
-            G = Um if euclid else Um * expo[h]  # μ^m δ_ij exp(-φ_ik), δ_ij applied by dX, δ
-            nums[g], dens[g] = G @ pv.dX[h], G @ delta
-        elif model.center_update == "derivation":
-            G = Um * expo[h]
-            nums[g] = G @ X
-            dens[g] = np.repeat(G.sum(axis=-1)[..., None], X.shape[1], axis=-1)
-        else:  # paper, Eq. 16/44: exp(-δ_ij ||x_i - a_k||^2), one (c, n) slab per feature
-            A = state.centers[g]
-            sq = (A * A).sum(axis=-1)[..., None] - 2.0 * (A @ pv.XT[h])
-            sq += pv.xx[h]
-            np.maximum(sq, 0.0, out=sq)
-            if view_scale is not None:
-                sq *= view_scale[..., g, None, None]
-            num = np.empty((*batch, c, X.shape[1]))
-            den = np.empty_like(num)
-            for j in range(X.shape[1]):  # loop over features, not samples
-                E = np.exp(-pv.deltaT[h][j] * sq)
-                E *= Um
-                den[..., j] = E.sum(axis=-1)
-                num[..., j] = E @ X[:, j]
-            nums[g], dens[g] = num, den
+        costs[..., g] = _sum_products(Um, dist[h], out=dist[h])  # d is not needed after
+        if update == "paper" and not shared[h]:  # Eq. 16/44
+            scale = None if view_scale is None else view_scale[..., g]
+            nums[g], dens[g] = _paper_sums(pv, h, state.centers[g], Um, scale, spare)
+            continue
+        e = expo[h]
+        G = Um if e is None else np.multiply(e, Um, out=e)
+        if update in ("derivation", "paper"):  # μ^m exp(-φ_ik), the same for every feature
+            nums[g] = _weighted_sums(G, pv.XT[h], pv.views[h])
+            dens[g] = np.repeat(G.sum(axis=-1)[..., None], pv.views[h].shape[1], axis=-1)
+        else:  # exact μ^m δ_ij exp(-φ_ik), or Euclidean μ^m δ_ij: δ applied by δx and δ
+            nums[g] = _weighted_sums(G, pv.dXT[h], pv.dX[h])
+            dens[g] = _weighted_sums(G, pv.deltaT[h], pv.deltas[h])
     counts = np.zeros(H, dtype=np.int64)
     counts[list(pv.view_ids)] = pv.n_samples
     return Stats(
@@ -356,19 +508,28 @@ def sum_statistics(stats: Sequence[Stats]) -> Stats:
 
 
 def _view_weights_from_costs(costs: np.ndarray, counts: np.ndarray, alpha: float) -> np.ndarray:
-    """Eq. 17 on mean per-sample costs: v_h ∝ cost_h^{-1/(α-1)}, in log space."""
+    """Eq. 17 on mean per-sample costs: v_h ∝ cost_h^{-1/(α-1)}, in log space.
+
+    A view no sample holds (a hybrid-view client's missing view) gets weight 0; the
+    weights of the held views are solved among themselves.
+    """
+    if (counts == 0).all():
+        raise ValidationError("no view is held by any sample; cannot weight views")
     if (counts == 0).any():
-        missing = np.flatnonzero(counts == 0).tolist()
-        raise ValidationError(f"view(s) {missing} are held by no sample; cannot weight them")
+        held = counts > 0
+        v = np.zeros(costs.shape)
+        v[..., held] = _view_weights_from_costs(costs[..., held], counts[held], alpha)
+        return v
     mean_cost = costs / counts
     zero = mean_cost <= _TINY
-    with np.errstate(divide="ignore"):
+    degenerate = zero.any()
+    with np.errstate(divide="ignore") if degenerate else nullcontext():
         logits = -np.log(mean_cost) / (alpha - 1.0)
     logits -= logits.max(axis=-1, keepdims=True)
     v = np.exp(logits)
     v /= v.sum(axis=-1, keepdims=True)
-    any_zero = zero.any(axis=-1, keepdims=True)
-    if any_zero.any():  # a perfectly fitted view takes all the weight (the limit of Eq. 17)
+    if degenerate:  # a perfectly fitted view takes all the weight (the limit of Eq. 17)
+        any_zero = zero.any(axis=-1, keepdims=True)
         v = np.where(any_zero, zero / zero.sum(axis=-1, keepdims=True), v)
     return v
 
@@ -381,6 +542,9 @@ def state_from_statistics(total: Stats, previous: State, model: MultiViewModel) 
     centers = []
     for num, den, old in zip(total.center_num, total.center_den, previous.centers, strict=True):
         ok = den > _TINY
+        if ok.all():
+            centers.append(num / den)
+            continue
         with np.errstate(divide="ignore", invalid="ignore"):
             centers.append(np.where(ok, num / np.where(ok, den, 1.0), old))
     v = _view_weights_from_costs(total.view_costs, total.view_counts, model.alpha)

@@ -133,3 +133,12 @@ def test_paper_data_quality(seed):
     base = MVFCM(4, n_init=10, random_state=seed).fit(ds.views)
     hk_ari = adjusted_rand_score(ds.labels, hk.labels_)
     assert hk_ari >= adjusted_rand_score(ds.labels, base.labels_) - 0.01
+
+
+def test_mvkmed_labels_match_predict_on_training_data():
+    # β depends on the iteration count: labels_ must use the final β, as predict does
+    from fedstrata.scenarios.datasets import heat_kernel_synthetic
+
+    views = [X + 1000.0 for X in heat_kernel_synthetic(n_per_cluster=1000, random_state=0).views]
+    est = MVKMED(4, random_state=0).fit(views)
+    np.testing.assert_array_equal(est.labels_, est.predict(views))

@@ -246,3 +246,22 @@ def test_run_writes_records(tmp_path):
     header = (tmp_path / "rounds.csv").read_text().splitlines()[0]
     assert header.startswith("round,iteration,tier")
     assert adjusted_rand_score([0, 1], [0, 1]) == 1.0
+
+
+@pytest.mark.parametrize(("rule", "iters"), [("sum", 1), ("weighted", 5)])
+def test_hybrid_views_federation(rule, iters):
+    text = f"""
+name: hybrid
+data: {{dataset: heat-kernel-synthetic, params: {{n_per_cluster: 300}}, partition: {{kind: iid}},
+       views: {{all: 0.4, some: 0.3, single: 0.3}}}}
+topology: {{clients: {{count: 10}}}}
+algorithm: {{name: hk-mvfc, n_clusters: 4, center_update: exact}}
+protocol: {{rule: {rule}, local_iters: {iters}, rounds: 30, deadline_s: 10}}
+"""
+    fed, summary, _ = simulate(parse_scenario(text))
+    held = fed.client_views
+    assert any(len(v) == 1 for v in held.values()) and any(len(v) == 2 for v in held.values())
+    assert {g for v in held.values() for g in v} == {0, 1}
+    assert summary["metrics"]["ari"] > 0.85  # single-view clients see only half the picture
+    for c in held:
+        assert fed.sim.results[c]["labels"].shape == (len(fed.client_indices[c]),)

@@ -10,7 +10,14 @@ import numpy as np
 
 from fedstrata.errors import ValidationError
 
-__all__ = ["check_params", "check_views", "interval", "one_of"]
+__all__ = [
+    "FIT_CONSTRAINTS",
+    "FUZZY_CONSTRAINTS",
+    "check_params",
+    "check_views",
+    "interval",
+    "one_of",
+]
 
 Constraint = Callable[[Any], str | None]
 
@@ -106,3 +113,18 @@ def check_views(views: Any, *, min_samples: int = 1, name: str = "views") -> lis
             f"{name} has {out[0].shape[0]} samples; at least {min_samples} are needed"
         )
     return out
+
+
+#: Constraints every iterative multi-view estimator shares.
+FIT_CONSTRAINTS: dict[str, Constraint] = {
+    "n_clusters": interval(int, 2, None),
+    "alpha": interval(float, 1.0, None, closed="neither"),
+    "max_iter": interval(int, 1, None),
+    "tol": interval(float, 0.0, None),
+    "n_init": interval(int, 1, None),
+}
+#: ... plus the fuzzifier of the fuzzy ones.
+FUZZY_CONSTRAINTS: dict[str, Constraint] = {
+    **FIT_CONSTRAINTS,
+    "m": interval(float, 1.0, None, closed="neither"),
+}

@@ -9,7 +9,13 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import KMeans
 
 from fedstrata.algorithms._base import MultiViewEstimator
-from fedstrata.algorithms._validation import Constraint, check_params, check_views, interval
+from fedstrata.algorithms._validation import (
+    FUZZY_CONSTRAINTS,
+    Constraint,
+    check_params,
+    check_views,
+    interval,
+)
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ValidationError
 
@@ -24,14 +30,7 @@ class MVFCM(MultiViewEstimator):
     centres the μ^m-weighted means. Parameters as :class:`~fedstrata.algorithms.HKMVFC`.
     """
 
-    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "n_clusters": interval(int, 2, None),
-        "m": interval(float, 1.0, None, closed="neither"),
-        "alpha": interval(float, 1.0, None, closed="neither"),
-        "max_iter": interval(int, 1, None),
-        "tol": interval(float, 0.0, None),
-        "n_init": interval(int, 1, None),
-    }
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = FUZZY_CONSTRAINTS
 
     def __init__(
         self,

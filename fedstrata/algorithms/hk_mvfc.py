@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from fedstrata.algorithms._base import MultiViewEstimator
-from fedstrata.algorithms._validation import Constraint, interval, one_of
+from fedstrata.algorithms._validation import FUZZY_CONSTRAINTS, Constraint, one_of
 from fedstrata.algorithms.kernels import KERNELS
 from fedstrata.algorithms.multiview import CENTER_UPDATES, MultiViewModel
 
@@ -66,14 +66,9 @@ class HKMVFC(MultiViewEstimator):
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "n_clusters": interval(int, 2, None),
-        "m": interval(float, 1.0, None, closed="neither"),
-        "alpha": interval(float, 1.0, None, closed="neither"),
+        **FUZZY_CONSTRAINTS,
         "kernel": one_of(*KERNELS),
         "center_update": one_of(*CENTER_UPDATES),
-        "max_iter": interval(int, 1, None),
-        "tol": interval(float, 0.0, None),
-        "n_init": interval(int, 1, None),
     }
 
     def __init__(

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedstrata.algorithms._base import MultiViewEstimator
-from fedstrata.algorithms._validation import Constraint, interval
+from fedstrata.algorithms._validation import FIT_CONSTRAINTS, Constraint
 from fedstrata.algorithms.kernels import KernelReference
 from fedstrata.algorithms.multiview import MultiViewModel, PreparedViews
 
@@ -66,13 +66,7 @@ class MVKMED(MultiViewEstimator):
     not monotone (β shrinks as 1/t).
     """
 
-    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "n_clusters": interval(int, 2, None),
-        "alpha": interval(float, 1.0, None, closed="neither"),
-        "max_iter": interval(int, 1, None),
-        "tol": interval(float, 0.0, None),
-        "n_init": interval(int, 1, None),
-    }
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = FIT_CONSTRAINTS
 
     def __init__(
         self,

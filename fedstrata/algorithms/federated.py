@@ -123,10 +123,6 @@ def initial_state(
     return State(tuple(a[0] for a in centers), np.full(H, 1.0 / H))
 
 
-def _batched(state: State) -> State:
-    return State(tuple(a[None] for a in state.centers), state.view_weights[None])
-
-
 def federated_fit(
     client_views: Sequence[Sequence[np.ndarray]],
     *,
@@ -188,7 +184,7 @@ def federated_fit(
     pvs = prepare_clients(client_views, model, kernel_scope=scope)
     rng = np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
     state = init if init is not None else initial_state(pvs, n_clusters, rng)
-    state = _batched(state)
+    state = state.batched()
     history: list[float] = []
     converged = False
     locals_: list[State] = [state] * len(pvs)
@@ -217,7 +213,7 @@ def federated_fit(
                         objective=float(res.objective[0]),
                     )
                 )
-            new = _batched(aggregate_params(rule, updates))
+            new = aggregate_params(rule, updates).batched()
             J = float(sum(u.objective or 0.0 for u in updates))
             converged = has_converged(state, new, tol)
         history.append(J)

@@ -163,6 +163,10 @@ class State:
     centers: tuple[np.ndarray, ...]
     view_weights: np.ndarray
 
+    def batched(self) -> State:
+        """Return an unbatched state as a batch of one restart."""
+        return State(tuple(a[None] for a in self.centers), self.view_weights[None])
+
     def take(self, index: np.ndarray | int) -> State:
         """Select restarts along the leading batch axis."""
         return State(tuple(a[index] for a in self.centers), self.view_weights[index])

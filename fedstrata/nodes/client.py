@@ -61,10 +61,6 @@ class ClientState(Enum):
     ERROR = "error"
 
 
-def _batched(state: State) -> State:
-    return State(tuple(a[None] for a in state.centers), state.view_weights[None])
-
-
 class ClientNode:
     """An edge client of a (hierarchical) synchronous federation.
 
@@ -228,7 +224,7 @@ class ClientNode:
         return self._prepared
 
     def _iterate(self, round_: int, body: dict[str, Any]) -> list[Effect]:
-        glob = _batched(read_state(body, self.shape))
+        glob = read_state(body, self.shape).batched()
         pv = self._prepare(body)
         if self.protocol.rule == "sum":
             stats = local_statistics(pv, glob, self.model)
@@ -268,7 +264,7 @@ class ClientNode:
         return [Compute(flops=self._flops(int(res.n_iter[0]) + 1)), self._publish(round_, partial)]
 
     def _finish(self, round_: int, body: dict[str, Any]) -> list[Effect]:
-        glob = _batched(read_state(body, self.shape))
+        glob = read_state(body, self.shape).batched()
         pv = self._prepare(body)
         U = local_statistics(pv, glob, self.model).memberships[0]
         self.state = ClientState.DONE

@@ -21,7 +21,7 @@ def evaluate_state(fed: Federation, state: Any, pooled: Any = None) -> dict[str,
     """Metrics of a global state on the pooled data (an observer's view, not a protocol step)."""
     model: MultiViewModel = fed.model
     pv = pooled if pooled is not None else prepare_views(fed.dataset.views, model)
-    batched = type(state)(tuple(a[None] for a in state.centers), state.view_weights[None])
+    batched = state.batched()
     labels = local_statistics(pv, batched, model).memberships[0].argmax(axis=1)
     return evaluate(fed.dataset.labels, labels)
 
@@ -29,7 +29,7 @@ def evaluate_state(fed: Federation, state: Any, pooled: Any = None) -> dict[str,
 def _final_labels(fed: Federation, state: Any) -> np.ndarray:
     """Each client's labels under the final global state, with its own δ (what it computes)."""
     labels = np.full(fed.dataset.n_samples, -1, dtype=np.int64)
-    batched = type(state)(tuple(a[None] for a in state.centers), state.view_weights[None])
+    batched = state.batched()
     for c, pv in fed.prepared_clients().items():
         labels[fed.client_indices[c]] = (
             local_statistics(pv, batched, fed.model).memberships[0].argmax(axis=1)

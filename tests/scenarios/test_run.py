@@ -265,3 +265,28 @@ protocol: {{rule: {rule}, local_iters: {iters}, rounds: 30, deadline_s: 10}}
     assert summary["metrics"]["ari"] > 0.85  # single-view clients see only half the picture
     for c in held:
         assert fed.sim.results[c]["labels"].shape == (len(fed.client_indices[c]),)
+
+
+def test_fog_crash_and_restart_rejoins():
+    text = """
+name: crash
+data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 200}, partition: {kind: iid}}
+topology:
+  tiers: [{name: fog, count: 3, link: {latency: 0.01}}]
+  clients: {count: 12, link: {latency: 0.02}}
+algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
+protocol: {rule: sum, rounds: 30, tol: 1.0e-9, deadline_s: 5, quorum: 0.5}
+faults:
+  crashes: [{node: fog-1, at: 0.5, restart_after: 3.0}]
+"""
+    fed, summary, rows = simulate(parse_scenario(text), events=True)
+    cloud = [r for r in rows if r["tier"] == "cloud" and r["phase"] == "iter"]
+    degraded = [r for r in cloud if r["participants"] == 2]
+    assert degraded, "a cloud round must close without the crashed fog"
+    assert all(r["virtual_time_s"] >= 5.0 for r in degraded)  # it waited for the deadline
+    assert cloud[-1]["participants"] == 3  # the restarted fog rejoined via the retained model
+    assert [e["ev"] for e in fed.sim.events if e["ev"] in ("crash", "restart")] == [
+        "crash",
+        "restart",
+    ]
+    assert summary["metrics"]["ari"] > 0.99

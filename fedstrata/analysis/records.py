@@ -55,6 +55,7 @@ def plot_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: s
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     root = [
         r
@@ -71,6 +72,8 @@ def plot_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: s
     axes[1].legend()
     axes[2].plot([r["virtual_time_s"] for r in root], [r["bytes"] for r in root], marker=".")
     axes[2].set(xlabel="virtual time (s)", ylabel="bytes on the wire (cumulative)", title="traffic")
+    for ax in axes[:2]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -235,3 +235,32 @@ def test_client_publishes_bytes_and_compute():
     pub = out[1]
     assert isinstance(pub, Publish) and pub.topic == "fs/t/cloud/cloud/up"
     assert wire.decode(pub.payload).body["n"] == len(y)
+
+
+def test_client_refuses_malformed_refs_after_good_ones():
+    views, y = blobs()
+    nodes = build([np.arange(len(y))], views)
+    c = nodes["c0"]
+    c.handle(Started(now=0.0))
+    state = {"centers": [X[:3] for X in views], "view_weights": np.full(2, 0.5)}
+    refs = {
+        "refs": [
+            {"min": X.min(0), "max": X.max(0), "sum": X.sum(0), "count": len(X)} for X in views
+        ]
+    }
+
+    def model(rnd, extra):
+        env = wire.Envelope(
+            kind="model",
+            run="t",
+            round=rnd,
+            tier="cloud",
+            sender="cloud",
+            body={"phase": "iter", **state, **extra},
+        )
+        return c.handle(Delivered(now=0.0, topic="fs/t/cloud/cloud/down", payload=wire.encode(env)))
+
+    assert isinstance(model(1, refs)[-1], Publish)
+    assert isinstance(model(2, refs)[-1], Publish)  # unchanged reference: cached preparation
+    bad = {"refs": [{"min": views[0].min(0), "max": "x", "sum": views[0].sum(0), "count": 1}, None]}
+    assert model(3, bad)[0].kind == "dropped"

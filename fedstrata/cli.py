@@ -27,9 +27,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click usage errors: "Usage: ...", "Error: ...", exit 2
 )
-err = Console(stderr=True)
-out = Console()
+err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 ALGORITHMS = ("hk-mvfc", "mvfcm", "mvkm-ed", "concat-kmeans")
@@ -118,8 +119,10 @@ def cluster(
 
 
 @app.command()
-def validate(files: list[Path] = typer.Argument(..., help="Scenario files.")) -> None:
-    """Check scenario files; print one line per problem and exit non-zero if any."""
+def validate(
+    files: list[Path] = typer.Argument(..., metavar="SCENARIO...", help="Scenario files."),
+) -> None:
+    """Check scenario files as run would; print one line per problem, exit 1 if any."""
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
 
     bad = 0
@@ -129,27 +132,37 @@ def validate(files: list[Path] = typer.Argument(..., help="Scenario files.")) ->
         except ScenarioErrors as exc:
             bad += 1
             for e in exc.errors:
-                err.print(e.located(), highlight=False, soft_wrap=True)
+                err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
             continue
-        out.print(f"{f}: ok", highlight=False)
+        out.print(f"{f}: ok", highlight=False, markup=False)
     if bad:
         raise typer.Exit(1)
 
 
 @app.command()
 def run(
-    scenario: Path = typer.Argument(..., help="Scenario file (YAML)."),
-    out_dir: Path = typer.Option(Path("runs/latest"), "--out", help="Output directory."),
-    seed: int | None = typer.Option(None, help="Override the scenario's seed."),
+    scenario: Path = typer.Argument(..., metavar="SCENARIO", help="Scenario file (YAML)."),
+    out_dir: Path = typer.Option(Path("runs/latest"), "--out", help="Output folder."),
+    seed: int | None = typer.Option(
+        None, min=0, max=2**32 - 1, help="Override the scenario's seed."
+    ),
     events: bool = typer.Option(False, "--events", help="Also write events.jsonl."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the record of another run in --out."
+    ),
 ) -> None:
-    """Simulate a scenario in virtual time; write summary.json, rounds.csv and plots."""
-    from fedstrata.scenarios.loader import load_scenario
+    """Simulate a scenario in virtual time; write its record (summary.json, rounds.csv, ...)."""
+    from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
     from fedstrata.scenarios.run import run_scenario
 
-    sc = load_scenario(scenario)
+    try:
+        sc = load_scenario(scenario)
+    except ScenarioErrors as exc:
+        for e in exc.errors:
+            err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(1) from None
     summary = run_scenario(
         sc,
         out_dir,
@@ -157,40 +170,95 @@ def run(
         events=events or sc.output.events,
         plots=plots and sc.output.plots,
         progress=not quiet,
+        overwrite=overwrite,
+        command=["fedstrata", *sys.argv[1:]],
     )
     m = summary["metrics"]
     out.print(
-        f"[bold]{sc.name}[/]: {summary['rounds']} rounds, converged={summary['converged']}, "
-        f"{summary['bytes_total']:,} bytes, {summary['messages']:,} messages "
-        f"({summary['messages_dropped']:,} dropped), virtual {summary['virtual_time_s']:.3f} s, "
-        f"wall {summary['wall_time_s']:.2f} s"
+        f"[bold]{sc.name}[/]: {summary['status']} after {summary['rounds']} rounds "
+        f"({summary['reason']})",
+        highlight=False,
     )
-    out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}   -> {out_dir}")
+    out.print(
+        f"{summary['bytes_total']:,} bytes, {summary['messages']:,} messages "
+        f"({summary['messages_lost']:,} lost), virtual {summary['virtual_time_s']:.6g} s, "
+        f"wall {summary['wall_time_s']:.2f} s",
+        highlight=False,
+    )
+    if m["ari"] is None:
+        out.print(f"metrics: none ({summary['metrics_reason']})", highlight=False)
+    else:
+        out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}", highlight=False)
+    out.print(f"record: {out_dir}", highlight=False, markup=False)
+    if summary["status"] == "interrupted":
+        raise typer.Exit(130)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from fedstrata import __version__
+
+        out.print(f"fedstrata {__version__}", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Federated multi-view clustering over hierarchical edge-fog-cloud networks."""
+
+
+def _crash_report(exc: BaseException) -> str:
+    """Write the full trace of an unexpected error to a file; return its path."""
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix="fedstrata-crash-", suffix=".log")
+    with open(fd, "w", encoding="utf-8") as fh:
+        fh.write(f"fedstrata {' '.join(sys.argv[1:])}\n\n")
+        traceback.print_exception(exc, file=fh)
+    return path
 
 
 def main() -> None:
-    """Entry point: run the app, turning fedstrata errors into one line and exit code 2."""
-    try:
-        code = app(standalone_mode=False)  # click returns the exit code of typer.Exit here
-        if isinstance(code, int) and code:
-            sys.exit(code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except FedstrataError as exc:
-        located = getattr(exc, "located", None)
-        msg = located() if callable(located) else str(exc)
-        for line in msg.splitlines():
-            err.print(f"[bold red]error:[/] {line}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
+    """Entry point of the ``fedstrata`` command.
 
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
+    Exit codes: 0 done (whatever the run's status), 1 invalid scenario or a run
+    that failed for a known reason, 2 usage error (bad option, output folder),
+    3 an unexpected internal error (a bug: the trace goes to a file), 130
+    interrupted.
+    """
+    from fedstrata.analysis.records import OutputError
+    from fedstrata.errors import ScenarioError, ValidationError
+
+    try:
+        app(prog_name="fedstrata")  # standalone: typer/click print usage errors, exit 2
+    except SystemExit:
         raise
+    except (OutputError, ValidationError) as exc:
+        err.print(f"error: {exc}", highlight=False, soft_wrap=True, markup=False)
+        sys.exit(2)
+    except FedstrataError as exc:
+        located = exc.located() if isinstance(exc, ScenarioError) else str(exc)
+        for line in located.splitlines():
+            err.print(f"error: {line}", highlight=False, soft_wrap=True, markup=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted", highlight=False)
+        sys.exit(130)
+    except Exception as exc:  # a bug: one line for the user, the trace in a file
+        try:
+            where = _crash_report(exc)
+        except OSError:
+            where = "nowhere (could not write a file)"
+        err.print(
+            f"internal error: {type(exc).__name__}: {str(exc)[:200]} -- this is a bug in "
+            f"fedstrata; full trace in {where}",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
+        sys.exit(3)

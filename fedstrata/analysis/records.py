@@ -1,14 +1,43 @@
-"""Run records: summary.json, rounds.csv and plots, the same shape for simulated and real runs."""
+"""Run records: the files of a run folder, the same for simulated and real runs.
+
+A run folder holds ``scenario.yaml`` (the resolved scenario), ``summary.json``,
+``rounds.csv``, ``labels.csv``, ``model.npz`` (when a model exists), plots and, on
+request, ``events.jsonl``. Every file is written atomically (a temporary file in
+the same folder, then :func:`os.replace`), and ``summary.json`` is written last, so
+a folder with a summary holds a complete record and a killed run never leaves a
+half-written file. The fields and their invariants are documented in
+``docs/records.md``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
-from collections.abc import Mapping, Sequence
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROUND_COLUMNS", "plot_rounds", "write_rounds", "write_summary"]
+import numpy as np
+
+from fedstrata.errors import FedstrataError
+
+__all__ = [
+    "RECORD_FILES",
+    "ROUND_COLUMNS",
+    "OutputError",
+    "atomic_write",
+    "plot_rounds",
+    "prepare_run_dir",
+    "write_labels",
+    "write_model",
+    "write_rounds",
+    "write_summary",
+]
 
 #: Columns of rounds.csv, one row per round (and sub-round) and tier. ``bytes`` is the
 #: cumulative PUBLISH bytes on the wire when the tier's last aggregation of that round
@@ -32,25 +61,191 @@ ROUND_COLUMNS = (
     "acc",
 )
 
+#: Every file a run may write into its folder; ``--overwrite`` replaces only these.
+RECORD_FILES = (
+    "scenario.yaml",
+    "summary.json",
+    "rounds.csv",
+    "labels.csv",
+    "model.npz",
+    "rounds.png",
+    "events.jsonl",
+    "crash.log",
+)
+
+
+class OutputError(FedstrataError):
+    """The output folder cannot take this run (a file, unwritable, or another run)."""
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
+    """Open a temporary file next to ``path``; on success, move it over ``path``.
+
+    On any error the temporary file is removed and ``path`` is left as it was.
+    ``mode`` is ``"w"`` (UTF-8 text, ``\\n`` line ends) or ``"wb"``.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        if "b" in mode:
+            fh = os.fdopen(fd, mode)
+        else:
+            fh = os.fdopen(fd, mode, encoding="utf-8", newline="\n")
+        with fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _check_finite(obj: Any, where: str = "summary") -> None:
+    """Raise ValueError naming the first non-finite float (strict JSON has no NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"{where} is {obj}: record null and a reason instead")
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _check_finite(v, f"{where}.{k}")
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            _check_finite(v, f"{where}[{i}]")
+
 
 def write_summary(summary: Mapping[str, Any], path: str | Path) -> None:
-    """Write ``summary.json`` (sorted keys, 2-space indent)."""
-    Path(path).write_text(
-        json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8"
-    )
+    """Write ``summary.json`` atomically (strict JSON, sorted keys, 2-space indent).
+
+    Raises
+    ------
+    ValueError
+        If a value is NaN or infinite (naming its key): a metric that cannot be
+        computed must be ``None`` with a reason.
+
+    """
+    _check_finite(summary)
+    text = json.dumps(summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    with atomic_write(path) as fh:
+        fh.write(text)
 
 
 def write_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
     """Write ``rounds.csv`` with :data:`ROUND_COLUMNS` (missing values left empty)."""
-    with Path(path).open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=ROUND_COLUMNS, extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: ("" if row.get(k) is None else row[k]) for k in ROUND_COLUMNS})
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=ROUND_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if row.get(k) is None else row[k]) for k in ROUND_COLUMNS})
+    with atomic_write(path) as fh:
+        fh.write(buf.getvalue())
 
 
-def plot_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "") -> None:
-    """Plot objective, ARI and cumulative bytes per root round into one PNG."""
+def write_labels(
+    clients: Sequence[str],
+    indices: Sequence[np.ndarray],
+    labels: np.ndarray | None,
+    path: str | Path,
+) -> None:
+    """Write ``labels.csv``: ``client,index,label``, one row per sample.
+
+    Rows follow the clients' order, then ascending sample index (the index into
+    the scenario's dataset). With ``labels=None`` (no model) the label column is
+    empty.
+    """
+    buf = io.StringIO()
+    buf.write("client,index,label\n")
+    for client, idx in zip(clients, indices, strict=True):
+        order = np.sort(np.asarray(idx))
+        if labels is None:
+            buf.writelines(f"{client},{i},\n" for i in order.tolist())
+        else:
+            lab = labels[order].tolist()
+            buf.writelines(f"{client},{i},{y}\n" for i, y in zip(order.tolist(), lab, strict=True))
+    with atomic_write(path) as fh:
+        fh.write(buf.getvalue())
+
+
+def write_model(arrays: Mapping[str, np.ndarray], path: str | Path) -> None:
+    """Write ``model.npz`` atomically (uncompressed, no pickled objects)."""
+    with atomic_write(path, "wb") as fh:
+        np.savez(fh, **{k: np.asarray(v) for k, v in arrays.items()})
+
+
+def _record_identity(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def prepare_run_dir(
+    out: str | Path, *, scenario_hash: str, seed: int, overwrite: bool = False
+) -> Path:
+    """Make ``out`` ready for a run and return it.
+
+    A missing folder is created. An empty folder, or one holding the record of the
+    same run (same scenario hash and seed), is reused. A folder holding anything
+    else is refused unless ``overwrite``: then the record files of
+    :data:`RECORD_FILES` are removed first, so old and new files never mix. Files
+    that are not run records are never deleted: such a folder is refused even
+    with ``overwrite``.
+
+    Raises
+    ------
+    OutputError
+        With one line saying what is wrong and what to do.
+
+    """
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"--out {folder}: is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--out {folder}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"--out {folder}: the folder is not writable")
+    present = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    if not present:
+        return folder
+    foreign = [name for name in present if name not in RECORD_FILES]
+    if foreign:
+        raise OutputError(
+            f"--out {folder}: the folder holds files that are not a fedstrata run "
+            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); choose another folder"
+        )
+    old = _record_identity(folder)
+    same = old is not None and (old.get("scenario_hash"), old.get("seed")) == (
+        scenario_hash,
+        seed,
+    )
+    if not (same or overwrite):
+        what = "another run" if old is not None else "an incomplete run"
+        raise OutputError(
+            f"--out {folder}: the folder holds {what}; pass --overwrite to replace it "
+            "or choose another folder"
+        )
+    for name in present:
+        with contextlib.suppress(FileNotFoundError):
+            (folder / name).unlink()
+    return folder
+
+
+def plot_rounds(
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    *,
+    title: str = "",
+    final: tuple[float, int] | None = None,
+) -> None:
+    """Plot objective, ARI/NMI and cumulative bytes per root round into one PNG.
+
+    ``final`` is ``(virtual_time_s, bytes_total)`` at the end of the run, so the
+    traffic panel ends at the summary's total (the final broadcast included).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,16 +261,35 @@ def plot_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: s
     it = [r["iteration"] for r in root]
     axes[0].plot(it, [r["objective"] for r in root], marker=".")
     axes[0].set(xlabel="round", ylabel="objective J", title="objective")
-    axes[1].plot(it, [r["ari"] for r in root], marker=".", label="ARI")
-    axes[1].plot(it, [r["nmi"] for r in root], marker=".", label="NMI")
+    axes[0].ticklabel_format(axis="y", useOffset=False)
+    quality = ((axes[1], "ari", "ARI", "o", "-"), (axes[1], "nmi", "NMI", "x", "--"))
+    for ax, key, label, marker, style in quality:
+        ys = [r.get(key) for r in root]
+        ax.plot(
+            it,
+            [math.nan if y is None else y for y in ys],
+            marker=marker,
+            ls=style,
+            ms=5,
+            label=label,
+            alpha=0.85,
+        )
     axes[1].set(xlabel="round", ylim=(-0.05, 1.05), title="clustering quality")
     axes[1].legend()
-    axes[2].plot([r["virtual_time_s"] for r in root], [r["bytes"] for r in root], marker=".")
+    t = [r["virtual_time_s"] for r in root]
+    b = [r["bytes"] for r in root]
+    if final is not None:
+        t, b = [*t, final[0]], [*b, final[1]]
+    axes[2].plot(t, b, marker=".")
     axes[2].set(xlabel="virtual time (s)", ylabel="bytes on the wire (cumulative)", title="traffic")
+    axes[2].ticklabel_format(axis="y", useOffset=False)
     for ax in axes[:2]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
+    if not root:
+        axes[0].text(0.5, 0.5, "no completed round", ha="center", transform=axes[0].transAxes)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=110, format="png")
     plt.close(fig)

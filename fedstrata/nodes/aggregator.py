@@ -12,6 +12,11 @@ aggregation rounds with its own children per parent round (HierFAVG; seed 004
 Rounds never hang: a deadline ends every collection. Below the quorum the round
 fails (recorded); the root still counts it towards its round limit, so a run always
 terminates. Duplicates, late and foreign updates are counted and dropped.
+
+The root ends the run with a status (:class:`RunStatus`) and a one-line reason:
+``converged`` (the stopping test held), ``round_limit``, ``stalled`` (``patience``
+consecutive rounds below quorum) or ``diverged`` (a round produced a non-finite
+model: the run stops at once and keeps the last finite model).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from fedstrata.nodes.messages import (
     to_stats,
 )
 
-__all__ = ["AggregatorNode", "AggregatorState"]
+__all__ = ["AggregatorNode", "AggregatorState", "RunStatus"]
 
 _DEADLINE = "deadline"
 
@@ -72,6 +77,22 @@ class AggregatorState(Enum):
     COLLECTING = "collecting"
     DONE = "done"
     ERROR = "error"
+
+
+class RunStatus(str, Enum):
+    """How a run ended (``interrupted`` is set by the runner, not by a node)."""
+
+    CONVERGED = "converged"
+    ROUND_LIMIT = "round_limit"
+    STALLED = "stalled"
+    DIVERGED = "diverged"
+    INTERRUPTED = "interrupted"
+
+
+def _finite_state(state: State) -> bool:
+    return bool(
+        all(np.isfinite(c).all() for c in state.centers) and np.isfinite(state.view_weights).all()
+    )
 
 
 class AggregatorNode:
@@ -143,6 +164,7 @@ class AggregatorNode:
         self.iterations = 0
         self.converged = False
         self._prev_objective = math.inf
+        self._failed_streak = 0  # consecutive root rounds below quorum
         self._received: dict[str, dict[str, Any]] = {}
         self._seen_models: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
@@ -330,25 +352,66 @@ class AggregatorNode:
             "ok": ok,
         }
         if ok:
+            self._failed_streak = 0
             total = sum_partials(self._ordered())
             if total["mode"] == "stats":
                 stats = to_stats(total, self.shape)
                 new = state_from_statistics(stats, prev, self.model)
                 J = float(objective(stats, new.view_weights, self.model.alpha))
-                self.converged = abs(self._prev_objective - J) < self.protocol.tol
-                self._prev_objective = J
+                converged = abs(self._prev_objective - J) < self.protocol.tol
             else:
                 new = solve_params(total, self.shape, prev)
                 J = float(total["objective"])
-                self.converged = has_converged(prev, new, self.protocol.tol)
+                converged = has_converged(prev, new, self.protocol.tol)
+            record.update(participants=total["contributors"], n=total["n"])
+            if not (_finite_state(new) and math.isfinite(J)):
+                record.update(converged=False, state=prev, diverged=True)
+                return [
+                    Record(kind="round", fields=record),
+                    *self._root_finish(
+                        RunStatus.DIVERGED,
+                        f"round {self.iterations} produced a non-finite model; stopped with "
+                        f"the model of round {self.iterations - 1}",
+                    ),
+                ]
+            self.converged = converged
+            self._prev_objective = J
             self.global_state = new
-            record.update(participants=total["contributors"], n=total["n"], objective=J)
+            record.update(objective=J)
+        else:
+            self._failed_streak += 1
         record.update(converged=self.converged, state=self.global_state)
         effects: list[Effect] = [Record(kind="round", fields=record)]
-        if self.converged or self.iterations >= self.protocol.rounds:
-            return effects + self._root_finish()
+        end = self._end_reason()
+        if end is not None:
+            return effects + self._root_finish(*end)
         return effects + self._broadcast(
             self.round + 1, self._model_body("iter", self.global_state)
+        )
+
+    def _end_reason(self) -> tuple[RunStatus, str] | None:
+        """Whether the run ends after this root round, and why."""
+        if self.converged:
+            test = "|ΔJ|" if self.protocol.rule == "sum" else "the centre change (Eq. 86)"
+            return (
+                RunStatus.CONVERGED,
+                f"{test} fell below tol={self.protocol.tol:g} after {self.iterations} rounds",
+            )
+        if self._failed_streak >= self.protocol.patience:
+            return RunStatus.STALLED, self._stall_reason()
+        if self.iterations >= self.protocol.rounds:
+            return (
+                RunStatus.ROUND_LIMIT,
+                f"reached the round limit ({self.protocol.rounds}) before convergence",
+            )
+        return None
+
+    def _stall_reason(self) -> str:
+        what = "setup round" if self.phase == "setup" else "round"
+        return (
+            f"{self._failed_streak} consecutive {what}s below quorum: the last heard from "
+            f"{len(self._received)} of {len(self.children)} children within its "
+            f"{self.deadline_s:g} s deadline, {self.need} needed"
         )
 
     def _root_after_setup(self, ok: bool) -> list[Effect]:
@@ -366,38 +429,58 @@ class AggregatorNode:
                 )
         if not ok or self.global_state is None:
             self.iterations += 1  # a failed setup counts against the limit: always terminate
-            if self.iterations >= self.protocol.rounds:
-                self.state = AggregatorState.DONE
+            self._failed_streak += 1
+            head: list[Effect] = [
+                Record(
+                    kind="setup_failed",
+                    fields={"node": self.node_id, "iteration": self.iterations},
+                )
+            ]
+            if self._failed_streak >= self.protocol.patience or (
+                self.iterations >= self.protocol.rounds
+            ):
+                reason = (
+                    self._stall_reason()
+                    if not ok
+                    else "the setup rounds reached quorum but never gathered "
+                    f"{self.shape.n_clusters} initial centres"
+                )
                 return [
-                    Record(
-                        kind="failed",
-                        fields={"node": self.node_id, "reason": "setup never reached quorum"},
-                    ),
-                    Finished(result=None),
+                    *head,
+                    Record(kind="failed", fields={"node": self.node_id, "reason": reason}),
+                    *self._root_finish(RunStatus.STALLED, reason),
                 ]
-            return self._broadcast(self.round + 1, self._model_body("setup", None))
+            return head + self._broadcast(self.round + 1, self._model_body("setup", None))
+        self._failed_streak = 0
         return [
             Record(kind="init", fields={"node": self.node_id, "state": self.global_state}),
             *self._broadcast(self.round + 1, self._model_body("iter", self.global_state)),
         ]
 
-    def _root_finish(self) -> list[Effect]:
+    def _root_finish(self, status: RunStatus, reason: str) -> list[Effect]:
         self.state = AggregatorState.DONE
         self.result = {
             "state": self.global_state,
             "iterations": self.iterations,
-            "converged": self.converged,
+            "converged": status is RunStatus.CONVERGED,
+            "status": status.value,
+            "reason": reason,
         }
-        return [
-            *self._broadcast(
+        final: list[Effect] = []
+        if self.global_state is not None:  # no model, nothing to broadcast
+            final = self._broadcast(
                 self.round + 1, self._model_body("final", self.global_state), collect=False
-            ),
+            )
+        return [
+            *final,
             Record(
                 kind="finished",
                 fields={
                     "node": self.node_id,
                     "iterations": self.iterations,
-                    "converged": self.converged,
+                    "converged": status is RunStatus.CONVERGED,
+                    "status": status.value,
+                    "reason": reason,
                 },
             ),
             Finished(result=self.result),

@@ -45,6 +45,9 @@ class ProtocolConfig:
     flops_per_element
         Cost model for :class:`~fedstrata.nodes.events.Compute`: flops per
         (sample, cluster, feature) per local iteration.
+    patience
+        Root only: consecutive rounds below quorum (setup rounds included) after
+        which the run stops as ``stalled`` rather than waiting out ``rounds``.
     """
 
     run: str = "run"
@@ -57,14 +60,15 @@ class ProtocolConfig:
     kernel_scope: str = "global"
     qos: int = 1
     flops_per_element: float = 30.0
+    patience: int = 10
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValidationError(f"rule must be one of {RULES}, got {self.rule!r}")
         if self.rule == "sum" and self.local_iters != 1:
             raise ValidationError("rule 'sum' aggregates every iteration: local_iters must be 1")
-        if self.rounds < 1 or self.local_iters < 1:
-            raise ValidationError("rounds and local_iters must be >= 1")
+        if self.rounds < 1 or self.local_iters < 1 or self.patience < 1:
+            raise ValidationError("rounds, local_iters and patience must be >= 1")
         if self.kernel_scope not in ("global", "local"):
             raise ValidationError(
                 f"kernel_scope must be 'global' or 'local', got {self.kernel_scope!r}"

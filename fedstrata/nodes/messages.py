@@ -233,8 +233,9 @@ def check_partial(body: dict[str, Any], shape: Shape) -> str:
         raise WireError(f"unknown update mode {mode!r}")
     _int(body, "n")
     _int(body, "contributors", 1)
-    if not isinstance(body.get("objective"), float):
-        raise WireError("body field 'objective' must be a float")
+    J = body.get("objective")
+    if not isinstance(J, float) or not np.isfinite(J):
+        raise WireError("body field 'objective' must be a finite float")
     cd = [(shape.n_clusters, d) for d in shape.dims]
     if mode == "stats":
         to_stats(body, shape)

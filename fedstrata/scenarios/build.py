@@ -39,6 +39,10 @@ class Federation:
     sim: Simulation
     parents: dict[str, str] = field(default_factory=dict)
     tiers: dict[str, str] = field(default_factory=dict)
+    #: Set by :func:`fedstrata.scenarios.run.simulate`: the final global model (None if
+    #: the run never got one) and every sample's label under it.
+    final_state: Any = None
+    final_labels: np.ndarray | None = None
 
     def prepared_clients(self) -> dict[str, PreparedViews]:
         """Each client's views prepared as the clients do (global or local δ)."""
@@ -167,6 +171,7 @@ def build_federation(
         rho=pr.rho,
         kernel_scope=scope,
         qos=pr.qos,
+        patience=pr.patience,
     )
     indices = split_data(sc, ds)
     if sc.data.views is None:
@@ -322,6 +327,8 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
                 model=old.model,
                 protocol=old.protocol,
                 seed=int(old.rng.integers(2**31)),
+                view_ids=old.view_ids,
+                dims=old.shape.dims,
             )
         return AggregatorNode(
             old.node_id,

@@ -1,20 +1,61 @@
-"""Run a scenario in virtual time and write its records."""
+"""Run a scenario in virtual time and write its record.
+
+Whatever the faults, a run of a valid scenario ends with a complete record:
+``status`` says how it ended (``converged``, ``round_limit``, ``stalled``,
+``diverged``, ``interrupted``) and ``reason`` why, in one line; metrics that cannot
+be computed are ``null`` with ``metrics_reason``. See ``docs/records.md``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
-from fedstrata.algorithms.multiview import MultiViewModel, local_statistics, prepare_views
+from fedstrata import __version__
+from fedstrata.algorithms.multiview import MultiViewModel, State, local_statistics, prepare_views
 from fedstrata.analysis.metrics import evaluate
-from fedstrata.analysis.records import plot_rounds, write_rounds, write_summary
+from fedstrata.analysis.records import (
+    plot_rounds,
+    prepare_run_dir,
+    write_labels,
+    write_model,
+    write_rounds,
+    write_summary,
+)
+from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.schema import Scenario
+from fedstrata.sim.state import Status
 
-__all__ = ["evaluate_state", "run_scenario", "simulate"]
+__all__ = [
+    "evaluate_state",
+    "resolved_scenario",
+    "run_scenario",
+    "scenario_hash",
+    "simulate",
+]
+
+_METRICS = ("acc", "nmi", "ari", "ri", "purity")
+
+
+def resolved_scenario(sc: Scenario, seed: int | None = None) -> str:
+    """The scenario as it runs (defaults filled in, ``seed`` applied), as YAML text."""
+    data = sc.model_dump(mode="json")
+    if seed is not None:
+        data["seed"] = seed
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def scenario_hash(sc: Scenario, seed: int | None = None) -> str:
+    """SHA-256 of :func:`resolved_scenario`: equal hashes mean the same study."""
+    return hashlib.sha256(resolved_scenario(sc, seed).encode()).hexdigest()
 
 
 def evaluate_state(fed: Federation, state: Any, pooled: Any = None) -> dict[str, float]:
@@ -26,34 +67,21 @@ def evaluate_state(fed: Federation, state: Any, pooled: Any = None) -> dict[str,
     return evaluate(fed.dataset.labels, labels)
 
 
-def _final_labels(fed: Federation, state: Any) -> np.ndarray:
+def _final_labels(fed: Federation, state: State) -> np.ndarray:
     """Each client's labels under the final global state, with its own δ (what it computes)."""
     labels = np.full(fed.dataset.n_samples, -1, dtype=np.int64)
     batched = state.batched()
-    for c, pv in fed.prepared_clients().items():
-        labels[fed.client_indices[c]] = (
-            local_statistics(pv, batched, fed.model).memberships[0].argmax(axis=1)
-        )
+    with np.errstate(all="ignore"):  # a degenerate model is reported by status, not warnings
+        for c, pv in fed.prepared_clients().items():
+            labels[fed.client_indices[c]] = (
+                local_statistics(pv, batched, fed.model).memberships[0].argmax(axis=1)
+            )
     return labels
 
 
-def simulate(
-    sc: Scenario, *, seed: int | None = None, events: bool = False, progress: Any = None
-) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
-    """Build and run ``sc``; return the federation, the summary and the per-round rows.
-
-    ``progress(fed, virtual_time)`` is called every virtual second.
-    """
-    t0 = time.perf_counter()
-    fed = build_federation(sc, seed=seed, record_events=events)
-    sim = fed.sim
-    sim.run(progress=None if progress is None else (lambda t: progress(fed, t)), progress_every=1.0)
-    wall = time.perf_counter() - t0
-    stats = sim.stats()
-    pooled = prepare_views(fed.dataset.views, fed.model)
+def _round_rows(fed: Federation, pooled: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    root_result = sim.results.get(sc.topology.cloud_id)
-    for rec in sim.records:
+    for rec in fed.sim.records:
         f = rec["fields"]
         if rec["kind"] == "aggregate":
             rows.append(
@@ -71,15 +99,17 @@ def simulate(
                 }
             )
         elif rec["kind"] == "round":
-            metrics = evaluate_state(fed, f["state"], pooled) if f.get("state") is not None else {}
+            state = f.get("state")
+            metrics: dict[str, float] = {}
+            if state is not None and f.get("objective") is not None:
+                with np.errstate(all="ignore"):
+                    metrics = evaluate_state(fed, state, pooled)
             for row in reversed(rows):  # attach the root's outcome to its aggregate row
                 if row["tier"] == f["tier"] and row["round"] == f["round"]:
                     row.update(
                         iteration=f["iteration"],
                         objective=f.get("objective"),
-                        ari=round(metrics.get("ari", float("nan")), 6) if metrics else None,
-                        nmi=round(metrics.get("nmi", float("nan")), 6) if metrics else None,
-                        acc=round(metrics.get("acc", float("nan")), 6) if metrics else None,
+                        **{k: round(float(metrics[k]), 6) if metrics else None for k in _METRICS},
                     )
                     break
     rows = _merge_tier_rows(rows)
@@ -87,39 +117,132 @@ def simulate(
     for row in rows:  # traffic since the previous row of the same tier
         row["bytes_round"] = row["bytes"] - last.get(row["tier"], 0)
         last[row["tier"]] = row["bytes"]
-    final_state = None if root_result is None else root_result.get("state")
-    if final_state is None:
-        metrics = {"acc": float("nan"), "nmi": float("nan"), "ari": float("nan")}
+    return rows
+
+
+def _last_model(fed: Federation) -> tuple[State | None, int]:
+    """The last global model the root reached (from its records) and its round."""
+    state, it = None, 0
+    for rec in fed.sim.records:
+        if rec["node"] != fed.scenario.topology.cloud_id:
+            continue
+        f = rec["fields"]
+        if rec["kind"] == "init":
+            state, it = f["state"], 0
+        elif rec["kind"] == "round" and f.get("objective") is not None:
+            state, it = f["state"], int(f["iteration"])
+    return state, it
+
+
+def _outcome(fed: Federation, interrupted: bool) -> tuple[str, str, State | None, int]:
+    """Status, reason, final model and rounds of a run, whatever happened to the root."""
+    root_id = fed.scenario.topology.cloud_id
+    result = fed.sim.results.get(root_id)
+    if result is not None and not interrupted:
+        return result["status"], result["reason"], result["state"], int(result["iterations"])
+    state, _ = _last_model(fed)
+    rounds = max(
+        (
+            int(r["fields"]["iteration"])
+            for r in fed.sim.records
+            if r["node"] == root_id and r["kind"] in ("round", "setup_failed")
+        ),
+        default=0,
+    )
+    if interrupted:
+        t = fed.sim.now
+        return RunStatus.INTERRUPTED.value, f"interrupted at virtual time {t:.6g} s", state, rounds
+    if fed.sim.engine.nodes[root_id].status is Status.CRASHED:
+        reason = f"the root {root_id!r} crashed and did not come back; no round can close"
     else:
-        metrics = evaluate(fed.dataset.labels, _final_labels(fed, final_state))
-    iterations = 0 if root_result is None else int(root_result["iterations"])
-    per_tier = {}
-    for tier, row in stats["by_tier"].items():
-        per_tier[tier] = {**row, "bytes_total": row["bytes_up"] + row["bytes_down"]}
-    summary = {
+        reason = f"the run ran out of events before the root {root_id!r} finished"
+    return RunStatus.STALLED.value, reason, state, rounds
+
+
+def _degenerate(labels: np.ndarray, n_clusters: int) -> str | None:
+    """A reason if the final model is degenerate (every sample in one cluster)."""
+    used = np.unique(labels[labels >= 0])
+    if n_clusters >= 2 and labels.size >= 2 and used.size <= 1:
+        return f"degenerate model: every sample falls in one cluster of {n_clusters}"
+    return None
+
+
+def simulate(
+    sc: Scenario, *, seed: int | None = None, events: bool = False, progress: Any = None
+) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
+    """Build and run ``sc``; return the federation, the summary and the per-round rows.
+
+    ``progress(fed, virtual_time)`` is called every virtual second. A
+    ``KeyboardInterrupt`` during the run ends it with status ``interrupted``; the
+    summary is then built from what happened so far and the interrupt is not
+    re-raised (the caller decides the exit code from the status).
+    """
+    t0 = time.perf_counter()
+    fed = build_federation(sc, seed=seed, record_events=events)
+    sim = fed.sim
+    interrupted = False
+    try:
+        sim.run(
+            progress=None if progress is None else (lambda t: progress(fed, t)), progress_every=1.0
+        )
+    except KeyboardInterrupt:
+        interrupted = True
+    wall = time.perf_counter() - t0
+    stats = sim.stats()
+    pooled = prepare_views(fed.dataset.views, fed.model)
+    rows = _round_rows(fed, pooled)
+    status, reason, final_state, rounds = _outcome(fed, interrupted)
+    metrics: dict[str, float | None] = dict.fromkeys(_METRICS)
+    metrics_reason: str | None = "no model: the setup round never completed"
+    labels = None
+    if final_state is not None:
+        labels = _final_labels(fed, final_state)
+        metrics = {k: float(v) for k, v in evaluate(fed.dataset.labels, labels).items()}
+        metrics_reason = None
+        degenerate = _degenerate(labels, fed.model.n_clusters)
+        if degenerate is not None and status == RunStatus.CONVERGED.value:
+            status, reason = RunStatus.DIVERGED.value, degenerate
+        if status in (RunStatus.STALLED.value, RunStatus.INTERRUPTED.value) and (
+            sc.topology.cloud_id not in sim.results
+        ):
+            metrics_reason = "metrics of the last global model the root reached"
+    per_tier = {
+        tier: {**row, "bytes_total": row["bytes_up"] + row["bytes_down"]}
+        for tier, row in stats["by_tier"].items()
+    }
+    messages = stats["messages"]["up"] + stats["messages"]["down"]
+    summary: dict[str, Any] = {
+        "status": status,
+        "reason": reason,
+        "converged": status == RunStatus.CONVERGED.value,
         "scenario": sc.name,
         "seed": sc.seed if seed is None else seed,
-        "rounds": iterations,
-        "converged": bool(root_result and root_result.get("converged")),
+        "transport": "sim",
+        "rounds": rounds,
         "bytes_up": stats["bytes"]["up"],
         "bytes_down": stats["bytes"]["down"],
         "bytes_total": stats["bytes"]["total"],
-        "bytes_per_round": stats["bytes"]["total"] / iterations if iterations else None,
+        "bytes_per_round": stats["bytes"]["total"] / rounds if rounds else None,
         "ack_bytes": stats["ack_bytes"],
-        "messages": stats["messages"]["up"] + stats["messages"]["down"],
+        "messages": messages,
+        "messages_lost": stats.get("lost", stats["dropped"]),
+        "messages_not_sent": stats.get("not_sent", 0),
         "messages_dropped": stats["dropped"],
         "dropped_by_reason": stats["dropped_by_reason"],
         "retransmissions": stats["retransmissions"],
         "duplicates": stats["duplicates"],
         "virtual_time_s": stats["virtual_time"],
         "wall_time_s": round(wall, 3),
-        "metrics": {k: float(v) for k, v in metrics.items()},
+        "metrics": metrics,
+        "metrics_reason": metrics_reason,
         "clients": len(fed.client_indices),
         "per_tier": per_tier,
         "failed_rounds": sum(
             1 for r in rows if r.get("tier") == "cloud" and r.get("phase") == "iter" and not r["ok"]
         ),
     }
+    fed.final_state = final_state
+    fed.final_labels = labels
     return fed, summary, rows
 
 
@@ -141,6 +264,17 @@ def _merge_tier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def _model_arrays(fed: Federation, state: State, rounds: int) -> dict[str, np.ndarray]:
+    arrays = {f"centers_{h}": c for h, c in enumerate(state.centers)}
+    arrays["view_weights"] = state.view_weights
+    arrays["rounds"] = np.int64(rounds)
+    arrays["algorithm"] = np.str_(fed.scenario.algorithm.name)
+    arrays["n_clusters"] = np.int64(fed.model.n_clusters)
+    arrays["m"] = np.float64(fed.model.m)
+    arrays["alpha"] = np.float64(fed.model.alpha)
+    return arrays
+
+
 def run_scenario(
     sc: Scenario,
     out_dir: str | Path,
@@ -149,36 +283,84 @@ def run_scenario(
     events: bool = False,
     plots: bool = True,
     progress: bool = True,
+    overwrite: bool = False,
+    command: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Simulate ``sc`` and write summary.json, rounds.csv (and events.jsonl, rounds.png)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Simulate ``sc`` and write its record into ``out_dir``; return the summary.
+
+    Writes ``scenario.yaml`` first (the resolved scenario), then ``rounds.csv``,
+    ``labels.csv``, ``model.npz`` (when a model exists), ``rounds.png`` and
+    ``events.jsonl`` (on request), and ``summary.json`` last.
+
+    Raises
+    ------
+    OutputError
+        If ``out_dir`` is a file, unwritable, or holds another run and not
+        ``overwrite`` (checked before anything runs).
+
+    """
+    effective_seed = sc.seed if seed is None else seed
+    text = resolved_scenario(sc, seed)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    out = prepare_run_dir(out_dir, scenario_hash=digest, seed=effective_seed, overwrite=overwrite)
+    from fedstrata.analysis.records import atomic_write
+
+    with atomic_write(out / "scenario.yaml") as fh:
+        fh.write(text)
     if progress:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            transient=True,
-        ) as bar:
-            task = bar.add_task(sc.name, total=sc.protocol.rounds, info="")
-
-            def tick(fed: Federation, t: float) -> None:
-                done = sum(1 for r in fed.sim.records if r["kind"] == "round")
-                sent = fed.sim.engine.publishes
-                bar.update(
-                    task, completed=done, info=f"round {done}  t={t:,.1f}s  publishes={sent:,}"
-                )
-
-            fed, summary, rows = simulate(sc, seed=seed, events=events, progress=tick)
+        fed, summary, rows = _simulate_with_bar(sc, seed, events)
     else:
         fed, summary, rows = simulate(sc, seed=seed, events=events)
-    write_summary(summary, out / "summary.json")
+    summary.update(
+        fedstrata_version=__version__,
+        command=shlex.join(command if command is not None else sys.argv),
+        scenario_hash=digest,
+        files=[],
+    )
     write_rounds(rows, out / "rounds.csv")
+    clients = list(fed.client_indices)
+    write_labels(
+        clients, [fed.client_indices[c] for c in clients], fed.final_labels, out / "labels.csv"
+    )
+    files = ["scenario.yaml", "rounds.csv", "labels.csv"]
+    if fed.final_state is not None:
+        write_model(_model_arrays(fed, fed.final_state, summary["rounds"]), out / "model.npz")
+        files.append("model.npz")
     if events:
         fed.sim.write_events(out / "events.jsonl")
+        files.append("events.jsonl")
     if plots:
-        plot_rounds(rows, out / "rounds.png", title=sc.name)
+        plot_rounds(
+            rows,
+            out / "rounds.png",
+            title=f"{sc.name}: {summary['status']}",
+            final=(summary["virtual_time_s"], summary["bytes_total"]),
+        )
+        files.append("rounds.png")
+    summary["files"] = [*files, "summary.json"]
+    write_summary(summary, out / "summary.json")
     return summary
+
+
+def _simulate_with_bar(
+    sc: Scenario, seed: int | None, events: bool
+) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        transient=True,
+        console=Console(stderr=True),
+    ) as bar:
+        task = bar.add_task(sc.name, total=sc.protocol.rounds, info="")
+
+        def tick(fed: Federation, t: float) -> None:
+            done = sum(1 for r in fed.sim.records if r["kind"] in ("round", "failed"))
+            sent = fed.sim.engine.publishes
+            bar.update(task, completed=done, info=f"round {done}  t={t:,.1f}s  publishes={sent:,}")
+
+        return simulate(sc, seed=seed, events=events, progress=tick)

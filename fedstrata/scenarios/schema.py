@@ -170,7 +170,9 @@ class ProtocolSpec(_Strict):
     kernel_scope: Literal["global", "local"] | None = None
     gamma: Probability = 0.7
     rho: Probability = 0.7
-    init_seed: int | None = None
+    #: Consecutive root rounds (setup included) below quorum after which the run stops
+    #: with status ``stalled`` instead of waiting out ``rounds``.
+    patience: Annotated[int, Field(ge=1, le=100_000)] = 10
 
 
 class CrashSpec(_Strict):

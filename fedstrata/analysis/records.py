@@ -83,7 +83,7 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
     """Open a temporary file next to ``path``; on success, move it over ``path``.
 
     On any error the temporary file is removed and ``path`` is left as it was.
-    ``mode`` is ``"w"`` (UTF-8 text, ``\\n`` line ends) or ``"wb"``.
+    ``mode`` is ``"w"`` (UTF-8 text, Unix line ends) or ``"wb"``.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -213,9 +213,10 @@ def prepare_run_dir(
         return folder
     foreign = [name for name in present if name not in RECORD_FILES]
     if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise OutputError(
             f"--out {folder}: the folder holds files that are not a fedstrata run "
-            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); choose another folder"
+            f"({shown}); choose another folder"
         )
     old = _record_identity(folder)
     same = old is not None and (old.get("scenario_hash"), old.get("seed")) == (

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,7 @@ class AggregatorState(Enum):
     ERROR = "error"
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     """How a run ended (``interrupted`` is set by the runner, not by a node)."""
 
     CONVERGED = "converged"
@@ -353,18 +353,11 @@ class AggregatorNode:
         }
         if ok:
             self._failed_streak = 0
-            total = sum_partials(self._ordered())
-            if total["mode"] == "stats":
-                stats = to_stats(total, self.shape)
-                new = state_from_statistics(stats, prev, self.model)
-                J = float(objective(stats, new.view_weights, self.model.alpha))
-                converged = abs(self._prev_objective - J) < self.protocol.tol
-            else:
-                new = solve_params(total, self.shape, prev)
-                J = float(total["objective"])
-                converged = has_converged(prev, new, self.protocol.tol)
+            with np.errstate(all="ignore"):  # overflow is detected below, not warned about
+                total = sum_partials(self._ordered())
+                new, J, converged = self._next_state(total, prev)
             record.update(participants=total["contributors"], n=total["n"])
-            if not (_finite_state(new) and math.isfinite(J)):
+            if new is None or not (_finite_state(new) and math.isfinite(J)):
                 record.update(converged=False, state=prev, diverged=True)
                 return [
                     Record(kind="round", fields=record),
@@ -388,6 +381,22 @@ class AggregatorNode:
         return effects + self._broadcast(
             self.round + 1, self._model_body("iter", self.global_state)
         )
+
+    def _next_state(self, total: dict[str, Any], prev: State) -> tuple[State | None, float, bool]:
+        """The next global model from the summed partials, its objective, and convergence.
+
+        ``None`` if the sum itself is not finite (each partial was, their sum overflowed).
+        """
+        try:
+            if total["mode"] == "stats":
+                stats = to_stats(total, self.shape)
+                new = state_from_statistics(stats, prev, self.model)
+                J = float(objective(stats, new.view_weights, self.model.alpha))
+                return new, J, abs(self._prev_objective - J) < self.protocol.tol
+            new = solve_params(total, self.shape, prev)
+            return new, float(total["objective"]), has_converged(prev, new, self.protocol.tol)
+        except WireError:
+            return None, math.nan, False
 
     def _end_reason(self) -> tuple[RunStatus, str] | None:
         """Whether the run ends after this root round, and why."""
@@ -537,15 +546,27 @@ class AggregatorNode:
         bodies = self._ordered()
         if self.phase == "setup":
             return [self._publish_up(self._merge_setup(bodies))]
-        total = sum_partials(bodies)
-        if self.period == 1:
-            return [self._publish_up(total)]
-        prev = self.global_state
-        assert prev is not None
-        if total["mode"] == "stats":
-            self.global_state = state_from_statistics(to_stats(total, self.shape), prev, self.model)
-        else:
-            self.global_state = solve_params(total, self.shape, prev)
+        overflow = Record(
+            kind="dropped",
+            fields={
+                "node": self.node_id,
+                "reason": "the children's partials sum to a non-finite value; nothing forwarded",
+            },
+        )
+        with np.errstate(all="ignore"):  # overflow is detected, not warned about
+            total = sum_partials(bodies)
+            if self.period == 1:
+                try:
+                    check_partial(total, self.shape)
+                except WireError:
+                    return [overflow]
+                return [self._publish_up(total)]
+            prev = self.global_state
+            assert prev is not None
+            new, _, _ = self._next_state(total, prev)
+        if new is None or not _finite_state(new):
+            return [overflow]
+        self.global_state = new
         if self.sub < self.period:
             return self._broadcast(
                 self.round, self._model_body("iter", self.global_state, sub=self.sub + 1)

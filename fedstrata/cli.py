@@ -43,6 +43,7 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 def _make_estimator(name: str, n_clusters: int, seed: int, **params: Any) -> Any:
     from fedstrata.algorithms import HKMVFC, MVFCM, MVKMED, ConcatKMeans
+    from fedstrata.errors import ValidationError
 
     factories = {
         "hk-mvfc": HKMVFC,
@@ -51,7 +52,7 @@ def _make_estimator(name: str, n_clusters: int, seed: int, **params: Any) -> Any
         "concat-kmeans": ConcatKMeans,
     }
     if name not in factories:
-        raise FedstrataError(f"unknown algorithm {name!r}; choose one of {', '.join(factories)}")
+        raise ValidationError(f"unknown algorithm {name!r}; choose one of {', '.join(factories)}")
     return factories[name](n_clusters, random_state=seed, **params)
 
 

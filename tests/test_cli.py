@@ -57,6 +57,9 @@ def tiny(tmp_path):
         (("frobnicate",), "No such command 'frobnicate'"),
         (("--bogus",), "No such option: --bogus"),
         (("cluster", "--n-init", "many"), "Invalid value for '--n-init'"),
+        (("cluster", "--algorithm", "bogus"), "error: unknown algorithm 'bogus'"),
+        (("cluster", "--dataset", "bogus"), "error: unknown dataset 'bogus'"),
+        (("cluster", "--m", "0.5"), "error: HKMVFC: parameter 'm' must be > 1.0, got 0.5"),
     ],
 )
 def test_usage_errors_are_one_short_message_and_exit_2(args, needle):

@@ -527,7 +527,8 @@ def _view_weights_from_costs(costs: np.ndarray, counts: np.ndarray, alpha: float
     mean_cost = costs / counts
     zero = mean_cost <= _TINY
     degenerate = zero.any()
-    with np.errstate(divide="ignore") if degenerate else nullcontext():
+    # cost 0 (or a rounding error below it) is handled by the limit below: no warning
+    with np.errstate(divide="ignore", invalid="ignore") if degenerate else nullcontext():
         logits = -np.log(mean_cost) / (alpha - 1.0)
     logits -= logits.max(axis=-1, keepdims=True)
     v = np.exp(logits)

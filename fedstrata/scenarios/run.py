@@ -12,6 +12,7 @@ import hashlib
 import shlex
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from fedstrata.analysis.records import (
 from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.schema import Scenario
+from fedstrata.sim.log import check_invariants
 from fedstrata.sim.state import Status
 
 __all__ = [
@@ -159,6 +161,11 @@ def _outcome(fed: Federation, interrupted: bool) -> tuple[str, str, State | None
     return RunStatus.STALLED.value, reason, state, rounds
 
 
+def _count_warning(caught: dict[str, int], category: type, message: Any) -> None:
+    key = f"{category.__name__}: {str(message)[:200]}"
+    caught[key] = caught.get(key, 0) + 1
+
+
 def _degenerate(labels: np.ndarray, n_clusters: int) -> str | None:
     """A reason if the final model is degenerate (every sample in one cluster)."""
     used = np.unique(labels[labels >= 0])
@@ -181,14 +188,24 @@ def simulate(
     fed = build_federation(sc, seed=seed, record_events=events)
     sim = fed.sim
     interrupted = False
-    try:
-        sim.run(
-            progress=None if progress is None else (lambda t: progress(fed, t)), progress_every=1.0
+    caught: dict[str, int] = {}
+    with warnings.catch_warnings():
+        # Numerical warnings of node code go into the record, not onto the terminal.
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, category, *_a, **_k: _count_warning(
+            caught, category, message
         )
-    except KeyboardInterrupt:
-        interrupted = True
+        try:
+            sim.run(
+                progress=None if progress is None else (lambda t: progress(fed, t)),
+                progress_every=1.0,
+            )
+        except KeyboardInterrupt:
+            interrupted = True
     wall = time.perf_counter() - t0
     stats = sim.stats()
+    for problem in check_invariants(stats):  # a counting bug: say so in the record
+        caught[f"counter invariant violated: {problem}"] = 1
     pooled = prepare_views(fed.dataset.views, fed.model)
     rows = _round_rows(fed, pooled)
     status, reason, final_state, rounds = _outcome(fed, interrupted)
@@ -225,8 +242,11 @@ def simulate(
         "bytes_per_round": stats["bytes"]["total"] / rounds if rounds else None,
         "ack_bytes": stats["ack_bytes"],
         "messages": messages,
-        "messages_lost": stats.get("lost", stats["dropped"]),
-        "messages_not_sent": stats.get("not_sent", 0),
+        "messages_lost": stats["lost"],
+        "lost_by_reason": stats["lost_by_reason"],
+        "messages_not_sent": stats["not_sent"],
+        "deliveries_abandoned": stats["gave_up"],
+        "events_suppressed": stats["suppressed"],
         "messages_dropped": stats["dropped"],
         "dropped_by_reason": stats["dropped_by_reason"],
         "retransmissions": stats["retransmissions"],
@@ -237,6 +257,7 @@ def simulate(
         "metrics_reason": metrics_reason,
         "clients": len(fed.client_indices),
         "per_tier": per_tier,
+        "warnings": [f"{k} (x{n})" if n > 1 else k for k, n in sorted(caught.items())],
         "failed_rounds": sum(
             1 for r in rows if r.get("tier") == "cloud" and r.get("phase") == "iter" and not r["ok"]
         ),
@@ -357,10 +378,18 @@ def _simulate_with_bar(
         console=Console(stderr=True),
     ) as bar:
         task = bar.add_task(sc.name, total=sc.protocol.rounds, info="")
+        seen = {"records": 0, "rounds": 0, "wall": 0.0}
 
         def tick(fed: Federation, t: float) -> None:
-            done = sum(1 for r in fed.sim.records if r["kind"] in ("round", "failed"))
-            sent = fed.sim.engine.publishes
-            bar.update(task, completed=done, info=f"round {done}  t={t:,.1f}s  publishes={sent:,}")
+            now = time.monotonic()
+            if now - seen["wall"] < 0.1:  # a redraw costs more than many virtual seconds
+                return
+            seen["wall"] = now
+            records = fed.sim.records
+            new = records[seen["records"] :]
+            seen["records"] = len(records)
+            seen["rounds"] += sum(1 for r in new if r["kind"] in ("round", "setup_failed"))
+            done, sent = seen["rounds"], fed.sim.engine.publishes
+            bar.update(task, completed=done, info=f"round {done}  t={t:,.6g}s  publishes={sent:,}")
 
         return simulate(sc, seed=seed, events=events, progress=tick)

@@ -64,7 +64,7 @@ from fedstrata.sim.state import (
     TimerEvent,
 )
 
-__all__ = ["DROP_REASONS", "Engine"]
+__all__ = ["DROP_KINDS", "DROP_REASONS", "Engine"]
 
 #: Every reason a drop can be logged with.
 DROP_REASONS = (
@@ -75,6 +75,17 @@ DROP_REASONS = (
     "finished",  # addressed to a node that had already finished
     "dropout",  # round dropout suppressed a /down delivery
     "max_retries",  # QoS 1 sender gave up
+)
+
+#: Where a drop happens; every drop is counted under exactly one kind (see
+#: :func:`fedstrata.sim.log.summarize` for the invariants they keep).
+DROP_KINDS = (
+    "lost_up",  # a PUBLISH transmitted on a wire hop towards a broker, then lost
+    "lost_down",  # a PUBLISH transmitted on a wire hop towards a node, then lost or refused
+    "lost_local",  # the same on a co-located hop (no wire: not counted in messages)
+    "not_sent",  # a transmission suppressed at the source (sender offline): never sent
+    "gave_up",  # a QoS 1 sender (client or broker) stopped retrying after max_retries
+    "suppressed",  # a Started or TimerFired never handed over: the node is offline for good
 )
 
 
@@ -160,7 +171,8 @@ class Engine:
         self.broker_duplicates = 0
         self.acks_lost = 0
         self.timers_fired = 0
-        self.drops: dict[str, int] = {}
+        self.drops: dict[str, int] = {}  # by reason
+        self.drop_kinds: dict[str, dict[str, int]] = {}  # by kind, then reason
         self._mid = 0
         self._token = 0
         self._topics_ok: set[str] = set()
@@ -216,10 +228,38 @@ class Engine:
             **fields,
         )
 
-    def drop(self, ns: NodeState, reason: str, hop: Hop | None, dup: bool = False) -> None:
-        """Count and log a drop (``reason`` in :data:`DROP_REASONS`) at node ``ns``."""
+    def drop(
+        self,
+        ns: NodeState,
+        reason: str,
+        hop: Hop | None,
+        dup: bool = False,
+        *,
+        kind: str = "lost",
+    ) -> None:
+        """Count and log a drop (``reason`` in :data:`DROP_REASONS`) at node ``ns``.
+
+        ``kind`` is ``"lost"`` (a transmitted PUBLISH that did not get through:
+        counted as ``lost_up``/``lost_down`` on a wire hop, by the hop's
+        direction, and as ``lost_local`` on a co-located hop or without a
+        hop) or one of the other :data:`DROP_KINDS`. ``ns`` is the node whose
+        tier the drop is counted in: the port's node for a message.
+        """
         self.drops[reason] = self.drops.get(reason, 0) + 1
+        if kind == "lost":
+            if hop is None or not hop.port.wire:
+                kind = "lost_local"
+            else:
+                kind = "lost_up" if hop.up else "lost_down"
+        by_reason = self.drop_kinds.get(kind)
+        if by_reason is None:
+            by_reason = self.drop_kinds[kind] = {}
+        by_reason[reason] = by_reason.get(reason, 0) + 1
         ns.dropped += 1
+        kinds = ns.drop_kinds
+        if kinds is None:
+            kinds = ns.drop_kinds = {}
+        kinds[kind] = kinds.get(kind, 0) + 1
         if self.events is not None:
             if hop is None:
                 self.log("drop", ns.node_id, ns.node_id, reason=reason)
@@ -255,7 +295,7 @@ class Engine:
         if up:
             avail = port.ns.avail
             if avail is not None and not avail.is_online(now):
-                self.drop(port.ns, "offline", hop, dup)
+                self.drop(port.ns, "offline", hop, dup, kind="not_sent")
                 if q:
                     self._retry_at(hop, now + self.retry_interval, now)
                 return
@@ -308,7 +348,7 @@ class Engine:
             return
         limit = self.max_retries if up else port.broker.max_retries
         if hop.tries >= limit:
-            self.drop(ns, "max_retries", hop, True)
+            self.drop(ns, "max_retries", hop, True, kind="gave_up")
             return
         hop.tries += 1
         self.retransmissions += 1
@@ -682,7 +722,7 @@ class Engine:
                 return
             del ns.timers[ev.name]
             self.live -= 1
-            self.drop(ns, "offline", None)
+            self.drop(ns, "offline", None, kind="suppressed")
             return
         self.live -= 1
         del ns.timers[ev.name]

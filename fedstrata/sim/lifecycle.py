@@ -44,7 +44,10 @@ def start(eng: Engine, ns: NodeState, inc: int) -> None:
     if avail is not None and not avail.is_online(now):
         t_on = avail.next_online(now)
         if t_on is None:
-            eng.drop(ns, "offline", None)
+            # Offline for good: it never starts. A terminal status, so that a later crash
+            # (or anything else) does not count it out a second time.
+            ns.status = Status.OFFLINE
+            eng.drop(ns, "offline", None, kind="suppressed")
             eng.unfinished -= 1
         else:
             eng.call(t_on - now, start, eng, ns, inc)
@@ -127,6 +130,7 @@ def _publish_will(eng: Engine, ns: NodeState, broker: SimBroker, will: Will, now
         will.topic, will.payload, will.qos, will.retain, eng.next_mid(), ns.node_id, eng.protocol
     )
     eng.publishes += 1
+    ns.publishes += 1  # the node's message, published for it by the broker
     if eng.events is not None:
         eng.log(
             "will",

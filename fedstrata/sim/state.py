@@ -75,10 +75,13 @@ class Status(enum.Enum):
     LIVE = "live"
     CRASHED = "crashed"
     FINISHED = "finished"
+    OFFLINE = "offline"  # never started: offline for good when its Started was due
 
 
 class Availability:
     """Interface of availability models (see :mod:`fedstrata.sim.faults`)."""
+
+    __slots__ = ()
 
     def is_online(self, t: float) -> bool:
         """Return whether the node is online at time ``t``."""
@@ -101,6 +104,7 @@ class NodeState:
         "avail",
         "busy",
         "delivered",
+        "drop_kinds",
         "dropout_draw",
         "dropout_p",
         "dropout_suffix",
@@ -145,6 +149,7 @@ class NodeState:
         self.delivered = 0
         self.duplicates = 0
         self.dropped = 0
+        self.drop_kinds: dict[str, int] | None = None  # drops by kind, made on first drop
 
     def wait(self, event: Any) -> None:
         """Queue ``event`` until the node's current Compute ends."""

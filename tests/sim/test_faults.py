@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.events import Compute, Event, Publish, SetTimer, Subscribe
-from fedstrata.sim.faults import MarkovAvailability, TraceAvailability
+from fedstrata.sim.faults import TraceAvailability
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Constant, Link
 from tests.sim.toys import Toy, publish_at, sink, source
@@ -239,29 +238,6 @@ def test_fault_validation() -> None:
         sim.faults.availability_trace("n", [(2.0, 1.0)])
     with pytest.raises(ValidationError):
         sim.faults.availability_trace("n", [(0.0, 2.0), (1.0, 3.0)])
-
-
-def test_markov_availability_is_a_step_chain() -> None:
-    av = MarkovAvailability(0.3, 0.6, 2.0, np.random.default_rng(0))
-    states = [av.is_online(t) for t in np.arange(0, 2000, 0.5)]
-    # Constant within each step: changes happen at multiples of the step only.
-    for k in range(0, len(states), 4):
-        assert len(set(states[k : k + 4])) == 1
-    # Stationary share online: p_off_to_on / (p_on_to_off + p_off_to_on) = 2/3.
-    assert abs(np.mean(states) - 2 / 3) < 0.05
-    # Asking in any order gives the same answers.
-    again = MarkovAvailability(0.3, 0.6, 2.0, np.random.default_rng(0))
-    assert again.is_online(1999.0) == states[-2]
-    assert [again.is_online(t) for t in np.arange(0, 2000, 0.5)] == states
-    t_off = next(t for t, s in zip(np.arange(0, 2000, 0.5), states, strict=True) if not s)
-    t_on = av.next_online(t_off)
-    assert t_on is not None and t_on > t_off and t_on % 2.0 == 0 and av.is_online(t_on)
-    assert av.next_online(0.0) == 0.0
-    never_back = MarkovAvailability(1.0, 0.0, 1.0, np.random.default_rng(0))
-    assert never_back.is_online(0.5) and not never_back.is_online(1.0)
-    assert never_back.next_online(7.0) is None
-    always = MarkovAvailability(0.0, 0.5, 1.0, np.random.default_rng(0))
-    assert all(always.is_online(t) for t in range(100))
 
 
 def test_trace_availability() -> None:

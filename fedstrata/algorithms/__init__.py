@@ -6,8 +6,8 @@ The estimators follow scikit-learn conventions (``fit(views)`` with a list of
 parameter rules in :mod:`fedstrata.algorithms.combine`.
 """
 
-from fedstrata.algorithms.baselines import MVFCM as MVFCM
-from fedstrata.algorithms.baselines import ConcatKMeans as ConcatKMeans
+from typing import Any
+
 from fedstrata.algorithms.combine import ParamUpdate as ParamUpdate
 from fedstrata.algorithms.combine import aggregate_params as aggregate_params
 from fedstrata.algorithms.combine import coordinate_median as coordinate_median
@@ -15,16 +15,36 @@ from fedstrata.algorithms.combine import has_converged as has_converged
 from fedstrata.algorithms.combine import personalize as personalize
 from fedstrata.algorithms.combine import plain_mean as plain_mean
 from fedstrata.algorithms.combine import weighted_average as weighted_average
-from fedstrata.algorithms.federated import FederatedResult as FederatedResult
-from fedstrata.algorithms.federated import federated_fit as federated_fit
-from fedstrata.algorithms.hk_mvfc import HKMVFC as HKMVFC
 from fedstrata.algorithms.multiview import MultiViewModel as MultiViewModel
 from fedstrata.algorithms.multiview import State as State
 from fedstrata.algorithms.multiview import Stats as Stats
 from fedstrata.algorithms.multiview import combine as combine
 from fedstrata.algorithms.multiview import local_statistics as local_statistics
 from fedstrata.algorithms.multiview import prepare_views as prepare_views
-from fedstrata.algorithms.mvkm_ed import MVKMED as MVKMED
+
+# The estimators and federated_fit import scikit-learn, which takes a second or more:
+# they load on first use, so node code and ``fedstrata run`` start fast.
+_LAZY = {
+    "HKMVFC": "fedstrata.algorithms.hk_mvfc",
+    "MVFCM": "fedstrata.algorithms.baselines",
+    "MVKMED": "fedstrata.algorithms.mvkm_ed",
+    "ConcatKMeans": "fedstrata.algorithms.baselines",
+    "FederatedResult": "fedstrata.algorithms.federated",
+    "federated_fit": "fedstrata.algorithms.federated",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the estimators and ``federated_fit`` on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedstrata.algorithms' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "HKMVFC",

@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.utils import check_random_state
 
-from fedstrata.algorithms._base import fit_batched
 from fedstrata.algorithms._validation import check_views
 from fedstrata.algorithms.combine import (
     RULES,
@@ -34,6 +32,7 @@ from fedstrata.algorithms.combine import (
     has_converged,
     personalize,
 )
+from fedstrata.algorithms.fit import fit_batched
 from fedstrata.algorithms.init import initial_centers
 from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_references
 from fedstrata.algorithms.multiview import (
@@ -182,6 +181,8 @@ def federated_fit(
     )
     scope = kernel_scope or ("global" if rule == "sum" else "local")
     pvs = prepare_clients(client_views, model, kernel_scope=scope)
+    from sklearn.utils import check_random_state  # lazily: sklearn is slow to import
+
     rng = np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
     state = init if init is not None else initial_state(pvs, n_clusters, rng)
     state = state.batched()

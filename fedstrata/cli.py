@@ -143,7 +143,9 @@ def validate(
 @app.command()
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="Scenario file (YAML)."),
-    out_dir: Path = typer.Option(Path("runs/latest"), "--out", help="Output folder."),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Output folder [default: runs/NAME, NAME the scenario's name]."
+    ),
     seed: int | None = typer.Option(
         None, min=0, max=2**32 - 1, help="Override the scenario's seed."
     ),
@@ -164,6 +166,8 @@ def run(
         for e in exc.errors:
             err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
         raise typer.Exit(1) from None
+    if out_dir is None:
+        out_dir = Path("runs") / sc.name
     summary = run_scenario(
         sc,
         out_dir,

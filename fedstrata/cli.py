@@ -161,7 +161,7 @@ def run(
     from fedstrata.scenarios.run import run_scenario
 
     try:
-        sc = load_scenario(scenario)
+        sc = load_scenario(scenario, seed=seed)
     except ScenarioErrors as exc:
         for e in exc.errors:
             err.print(e.located(), highlight=False, soft_wrap=True, markup=False)

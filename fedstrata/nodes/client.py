@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from fedstrata import wire
-from fedstrata.algorithms.fit import fit_batched
 from fedstrata.algorithms.combine import ParamUpdate, personalize
+from fedstrata.algorithms.fit import fit_batched
 from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.multiview import (
     MultiViewModel,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +15,9 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.messages import Shape
-from fedstrata.scenarios import partition as part
-from fedstrata.scenarios.datasets import MultiViewDataset, load_dataset
-from fedstrata.scenarios.schema import LatencySpec, LinkSpec, Scenario
+from fedstrata.scenarios.datasets import MultiViewDataset
+from fedstrata.scenarios.preflight import prepare_data, split_samples, wire_topology
+from fedstrata.scenarios.schema import LatencySpec, LinkSpec, Scenario, clip
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Constant, Empirical, LatencyModel, Link, LogNormal, Normal, Pareto
 
@@ -82,8 +81,10 @@ def latency_model(spec: LatencySpec) -> LatencyModel:
         return Pareto(float(spec.scale or 0.0), float(spec.shape or 0.0))
     try:
         return Empirical.from_csv(str(spec.file))
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(f"cannot read latency trace {spec.file!r}: {exc}") from None
+    except (OSError, ValueError) as exc:  # the loader checks traces; this is for other callers
+        raise ScenarioError(
+            f"cannot read latency trace {clip(repr(spec.file))}: {clip(str(exc), 200)}"
+        ) from None
 
 
 def link_of(spec: LinkSpec) -> Link:
@@ -120,26 +121,12 @@ def model_of(sc: Scenario) -> MultiViewModel:
 
 
 def split_data(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:
-    """Sample indices of each client, by the scenario's partition."""
-    p, n_clients, seed = sc.data.partition, sc.topology.clients.count, sc.seed
-    if n_clients > ds.n_samples:
-        raise ScenarioError(
-            f"{n_clients} clients but only {ds.n_samples} samples", path="topology.clients.count"
-        )
-    rng = np.random.default_rng([seed, 1])
-    if p.kind == "iid":
-        return part.iid(ds.n_samples, n_clients, random_state=rng)
-    if p.kind == "dirichlet":
-        return part.dirichlet_label_skew(ds.labels, n_clients, p.alpha, random_state=rng)
-    if p.kind == "quantity":
-        return part.quantity_skew(ds.n_samples, n_clients, alpha=p.alpha or 1.0, random_state=rng)
-    if p.kind == "stratified":
-        return part.stratified_split(ds.labels, p.fractions, random_state=rng)
-    return part.paper_split(ds.labels, random_state=rng)
+    """Sample indices of each client, by the scenario's partition.
 
-
-def _parent_index(j: int, n_children: int, n_parents: int) -> int:
-    return j * n_parents // n_children  # contiguous, even blocks
+    See :func:`fedstrata.scenarios.preflight.split_samples`: every client gets at least
+    one sample, or a :class:`~fedstrata.errors.ScenarioError` names the field to change.
+    """
+    return split_samples(sc, ds)
 
 
 def build_federation(
@@ -151,12 +138,8 @@ def build_federation(
     """
     if seed is not None:
         sc = sc.model_copy(update={"seed": seed})
-    try:
-        ds = load_dataset(sc.data.dataset, random_state=sc.seed, **sc.data.params)
-    except ScenarioError:
-        raise
-    except Exception as exc:  # a dataset error is a scenario error: say where
-        raise ScenarioError(str(exc), path="data") from None
+    data = prepare_data(sc)  # dataset, split and views: the same code as the pre-flight check
+    ds = data.dataset
     model = model_of(sc)
     shape = Shape(model.n_clusters, tuple(X.shape[1] for X in ds.views))
     pr = sc.protocol
@@ -173,41 +156,10 @@ def build_federation(
         qos=pr.qos,
         patience=pr.patience,
     )
-    indices = split_data(sc, ds)
-    if sc.data.views is None:
-        held = [tuple(range(ds.n_views))] * len(indices)
-    else:
-        try:
-            held = part.hybrid_views(
-                len(indices),
-                ds.n_views,
-                dict(sc.data.views),
-                random_state=np.random.default_rng([sc.seed, 3]),
-            )
-        except Exception as exc:
-            raise ScenarioError(str(exc), path="data.views") from None
-    ids = sc.node_ids()
-    tiers = [("cloud", ids["cloud"])] + [(t.name, ids[t.name]) for t in sc.topology.tiers]
-    tier_of = {n: name for name, group in tiers for n in group}
-    parents: dict[str, str] = {}
-    for (_, up_ids), (_, low_ids) in itertools.pairwise(tiers):
-        for j, node in enumerate(low_ids):
-            parents[node] = up_ids[_parent_index(j, len(low_ids), len(up_ids))]
-    lowest = tiers[-1][1]
-    clients = ids["edge"]
-    for j, c in enumerate(clients):
-        parents[c] = sc.topology.clients.attach.get(
-            c, lowest[_parent_index(j, len(clients), len(lowest))]
-        )
-    children: dict[str, list[str]] = {}
-    for child, parent in parents.items():
-        children.setdefault(parent, []).append(child)
-    for _, group in tiers:
-        for node in group:
-            if node not in children:
-                raise ScenarioError(
-                    f"{node} has no children: use fewer nodes in its tier", path="topology"
-                )
+    indices, held = data.indices, data.held
+    wiring = wire_topology(sc)  # raises when an aggregator would have no children
+    tiers, tier_of, parents = wiring.tiers, wiring.tier_of, wiring.parents
+    children, clients = wiring.children, wiring.clients
 
     sim = Simulation(sc.seed, record_events=record_events)
     for name, group in tiers:

@@ -34,6 +34,7 @@ __all__ = [
     "MultiViewDataset",
     "RandomStateLike",
     "as_generator",
+    "dataset_size",
     "heat_kernel_synthetic",
     "load_dataset",
     "multiple_features",
@@ -678,3 +679,30 @@ def load_dataset(name: str, **kwargs: object) -> MultiViewDataset:
     except TypeError as exc:
         raise ValidationError(f"bad arguments for dataset {name!r}: {exc}") from None
     return loader(**kwargs)
+
+
+def dataset_size(name: str, **kwargs: object) -> int | None:
+    """Number of samples :func:`load_dataset` would return, without building the data.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`DATASETS`.
+    **kwargs
+        The loader's keyword arguments (only those that set the size are read).
+
+    Returns
+    -------
+    int or None
+        The sample count, or None for an unknown name or a size that cannot be
+        told from ``kwargs`` (e.g. a non-integer ``n_per_cluster``).
+
+    """
+    if name == "heat-kernel-synthetic":
+        n = kwargs.get("n_per_cluster", 2500)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            return None
+        return 4 * int(n)
+    if name == "multiple-features":
+        return 2000
+    return None

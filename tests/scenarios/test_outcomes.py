@@ -47,7 +47,8 @@ def check_invariants(summary):
     assert summary["bytes_up"] + summary["bytes_down"] == summary["bytes_total"]
     for key in ("bytes_up", "bytes_down", "bytes_total"):
         assert sum(t[key] for t in summary["per_tier"].values()) == summary[key]
-    assert summary["messages_lost"] <= summary["messages"]
+    assert summary["messages_dropped"] <= summary["messages"]
+    assert sum(summary["dropped_by_reason"].values()) == summary["messages_dropped"]
     assert summary["status"] in ("converged", "round_limit", "stalled", "diverged", "interrupted")
     assert summary["converged"] == (summary["status"] == "converged")
     assert summary["reason"]

@@ -168,3 +168,39 @@ def test_a_partial_with_a_non_finite_objective_is_dropped_not_summed():
     # the round still closes at its deadline, below quorum
     out = root.handle(TimerFired(now=1.0, name="deadline"))
     assert next(e for e in out if isinstance(e, Record)).fields["ok"] is False
+
+
+def test_a_fog_whose_children_sum_to_infinity_forwards_nothing():
+    from fedstrata.nodes.config import Address
+
+    model = MultiViewModel(2)
+    fog = AggregatorNode(
+        "fog-0",
+        tier="fog",
+        children=["a", "b"],
+        parent=Address("cloud", "cloud"),
+        model=model,
+        shape=Shape(2, (1,)),
+        protocol=ProtocolConfig(run="t", rule="sum", rounds=10, kernel_scope="local"),
+        deadline_s=1.0,
+    )
+    fog.handle(Started(now=0.0))
+    init = State((np.array([[0.0], [1.0]]),), np.array([1.0]))
+    from fedstrata.nodes.messages import state_body
+
+    model_env = wire.Envelope(
+        kind="model",
+        run="t",
+        round=1,
+        tier="cloud",
+        sender="cloud",
+        body={"phase": "iter", **state_body(init)},
+    )
+    fog.handle(Delivered(now=0.0, topic="fs/t/cloud/cloud/down", payload=wire.encode(model_env)))
+    up = "fs/t/fog/fog-0/up"
+    for child in ("a", "b"):
+        d = _huge_partial(child)
+        out = fog.handle(Delivered(now=0.1, topic=up, payload=d.payload))
+    assert not any(isinstance(e, Publish) for e in out)
+    dropped = [e.fields["reason"] for e in out if isinstance(e, Record) and e.kind == "dropped"]
+    assert dropped == ["the children's partials sum to a non-finite value; nothing forwarded"]

@@ -81,9 +81,17 @@ def _final_labels(fed: Federation, state: State) -> np.ndarray:
     return labels
 
 
-def _round_rows(fed: Federation, pooled: Any) -> list[dict[str, Any]]:
+def _round_rows(
+    fed: Federation, pooled: Any, records: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """rounds.csv rows from the run's records (the simulator's unless ``records`` is given).
+
+    Shared by every transport: a record is ``{"t", "node", "kind", "fields",
+    "wire_bytes"}`` with ``t`` the node's clock and ``wire_bytes`` the cumulative
+    PUBLISH bytes per tier.
+    """
     rows: list[dict[str, Any]] = []
-    for rec in fed.sim.records:
+    for rec in fed.sim.records if records is None else records:
         f = rec["fields"]
         if rec["kind"] == "aggregate":
             rows.append(
@@ -122,10 +130,12 @@ def _round_rows(fed: Federation, pooled: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _last_model(fed: Federation) -> tuple[State | None, int]:
+def _last_model(
+    fed: Federation, records: list[dict[str, Any]] | None = None
+) -> tuple[State | None, int]:
     """The last global model the root reached (from its records) and its round."""
     state, it = None, 0
-    for rec in fed.sim.records:
+    for rec in fed.sim.records if records is None else records:
         if rec["node"] != fed.scenario.topology.cloud_id:
             continue
         f = rec["fields"]
@@ -136,21 +146,28 @@ def _last_model(fed: Federation) -> tuple[State | None, int]:
     return state, it
 
 
+def _records_outcome(fed: Federation, records: list[dict[str, Any]]) -> tuple[State | None, int]:
+    """The last model the root reached and its rounds, from the records alone."""
+    root_id = fed.scenario.topology.cloud_id
+    state, _ = _last_model(fed, records)
+    rounds = max(
+        (
+            int(r["fields"]["iteration"])
+            for r in records
+            if r["node"] == root_id and r["kind"] in ("round", "setup_failed")
+        ),
+        default=0,
+    )
+    return state, rounds
+
+
 def _outcome(fed: Federation, interrupted: bool) -> tuple[str, str, State | None, int]:
     """Status, reason, final model and rounds of a run, whatever happened to the root."""
     root_id = fed.scenario.topology.cloud_id
     result = fed.sim.results.get(root_id)
     if result is not None and not interrupted:
         return result["status"], result["reason"], result["state"], int(result["iterations"])
-    state, _ = _last_model(fed)
-    rounds = max(
-        (
-            int(r["fields"]["iteration"])
-            for r in fed.sim.records
-            if r["node"] == root_id and r["kind"] in ("round", "setup_failed")
-        ),
-        default=0,
-    )
+    state, rounds = _records_outcome(fed, fed.sim.records)
     if interrupted:
         t = fed.sim.now
         return RunStatus.INTERRUPTED.value, f"interrupted at virtual time {t:.6g} s", state, rounds
@@ -172,6 +189,29 @@ def _degenerate(labels: np.ndarray, n_clusters: int) -> str | None:
     if n_clusters >= 2 and labels.size >= 2 and used.size <= 1:
         return f"degenerate model: every sample falls in one cluster of {n_clusters}"
     return None
+
+
+def _quality(
+    fed: Federation, status: str, reason: str, final_state: State | None, *, root_finished: bool
+) -> tuple[str, str, dict[str, float | None], str | None, np.ndarray | None]:
+    """Labels and metrics of the final model; a degenerate "converged" model is "diverged".
+
+    Returns ``(status, reason, metrics, metrics_reason, labels)``; shared by every
+    transport.
+    """
+    metrics: dict[str, float | None] = dict.fromkeys(_METRICS)
+    metrics_reason: str | None = "no model: the setup round never completed"
+    labels = None
+    if final_state is not None:
+        labels = _final_labels(fed, final_state)
+        metrics = {k: float(v) for k, v in evaluate(fed.dataset.labels, labels).items()}
+        metrics_reason = None
+        degenerate = _degenerate(labels, fed.model.n_clusters)
+        if degenerate is not None and status == RunStatus.CONVERGED.value:
+            status, reason = RunStatus.DIVERGED.value, degenerate
+        if status in (RunStatus.STALLED.value, RunStatus.INTERRUPTED.value) and not root_finished:
+            metrics_reason = "metrics of the last global model the root reached"
+    return status, reason, metrics, metrics_reason, labels
 
 
 def simulate(
@@ -209,20 +249,9 @@ def simulate(
     pooled = prepare_views(fed.dataset.views, fed.model)
     rows = _round_rows(fed, pooled)
     status, reason, final_state, rounds = _outcome(fed, interrupted)
-    metrics: dict[str, float | None] = dict.fromkeys(_METRICS)
-    metrics_reason: str | None = "no model: the setup round never completed"
-    labels = None
-    if final_state is not None:
-        labels = _final_labels(fed, final_state)
-        metrics = {k: float(v) for k, v in evaluate(fed.dataset.labels, labels).items()}
-        metrics_reason = None
-        degenerate = _degenerate(labels, fed.model.n_clusters)
-        if degenerate is not None and status == RunStatus.CONVERGED.value:
-            status, reason = RunStatus.DIVERGED.value, degenerate
-        if status in (RunStatus.STALLED.value, RunStatus.INTERRUPTED.value) and (
-            sc.topology.cloud_id not in sim.results
-        ):
-            metrics_reason = "metrics of the last global model the root reached"
+    status, reason, metrics, metrics_reason, labels = _quality(
+        fed, status, reason, final_state, root_finished=sc.topology.cloud_id in sim.results
+    )
     per_tier = {
         tier: {**row, "bytes_total": row["bytes_up"] + row["bytes_down"]}
         for tier, row in stats["by_tier"].items()
@@ -318,18 +347,57 @@ def run_scenario(
         ``overwrite`` (checked before anything runs).
 
     """
-    effective_seed = sc.seed if seed is None else seed
-    text = resolved_scenario(sc, seed)
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    out = prepare_run_dir(out_dir, scenario_hash=digest, seed=effective_seed, overwrite=overwrite)
-    from fedstrata.analysis.records import atomic_write
-
-    with atomic_write(out / "scenario.yaml") as fh:
-        fh.write(text)
+    out, digest = _start_record(sc, out_dir, seed, overwrite)
     if progress:
         fed, summary, rows = _simulate_with_bar(sc, seed, events)
     else:
         fed, summary, rows = simulate(sc, seed=seed, events=events)
+    return _write_record(
+        fed,
+        summary,
+        rows,
+        out,
+        digest=digest,
+        command=command,
+        events=events,
+        plots=plots,
+        elapsed_key="virtual_time_s",
+    )
+
+
+def _start_record(
+    sc: Scenario, out_dir: str | Path, seed: int | None, overwrite: bool
+) -> tuple[Path, str]:
+    """Check ``out_dir``, write ``scenario.yaml``; return the folder and the scenario hash."""
+    from fedstrata.analysis.records import atomic_write
+
+    effective_seed = sc.seed if seed is None else seed
+    text = resolved_scenario(sc, seed)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    out = prepare_run_dir(out_dir, scenario_hash=digest, seed=effective_seed, overwrite=overwrite)
+    with atomic_write(out / "scenario.yaml") as fh:
+        fh.write(text)
+    return out, digest
+
+
+def _write_record(
+    fed: Federation,
+    summary: dict[str, Any],
+    rows: list[dict[str, Any]],
+    out: Path,
+    *,
+    digest: str,
+    command: list[str] | None,
+    events: bool,
+    plots: bool,
+    elapsed_key: str,
+) -> dict[str, Any]:
+    """Write rounds.csv, labels.csv, model.npz, plots, events and summary.json (last).
+
+    ``elapsed_key`` names the summary field plotted as the run's end time
+    (``virtual_time_s`` in the simulator, ``wall_time_s`` over MQTT).
+    """
+    sc = fed.scenario
     summary.update(
         fedstrata_version=__version__,
         command=shlex.join(command if command is not None else sys.argv),
@@ -353,7 +421,7 @@ def run_scenario(
             rows,
             out / "rounds.png",
             title=f"{sc.name}: {summary['status']}",
-            final=(summary["virtual_time_s"], summary["bytes_total"]),
+            final=(summary[elapsed_key], summary["bytes_total"]),
         )
         files.append("rounds.png")
     summary["files"] = [*files, "summary.json"]

@@ -1,0 +1,452 @@
+"""Drive one sans-IO node over a real MQTT broker with aiomqtt.
+
+The runner is the real-network twin of the simulator's engine: it turns the
+world into events (``Started``, ``Delivered``, ``TimerFired``) and carries out the
+node's effects (``Subscribe``, ``Publish``, ``SetTimer``, ``CancelTimer``,
+``Compute``, ``Record``, ``Finished``). It holds no protocol logic: it works with any
+object that has a ``node_id`` and a ``handle(event) -> list[Effect]`` method.
+
+Clocks are wall-clock seconds since the run started (:class:`RunLog.t0`), so the
+``now`` of every event and the ``t`` of every record mean the same as the
+simulator's virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import aiomqtt
+
+from fedstrata.errors import NodeProtocolError, TransportError, ValidationError
+from fedstrata.mqtt import PROTOCOL_MQTT5, PROTOCOL_MQTT311, Will, publish_packet_size
+from fedstrata.nodes.events import (
+    CancelTimer,
+    Compute,
+    Delivered,
+    Event,
+    Finished,
+    Publish,
+    Record,
+    SetTimer,
+    Started,
+    Subscribe,
+    TimerFired,
+)
+
+__all__ = [
+    "NodeRunner",
+    "RunLog",
+    "SansIONode",
+    "Traffic",
+    "parse_broker_url",
+    "probe_broker",
+]
+
+
+class SansIONode(Protocol):
+    """What the runner needs of a node."""
+
+    node_id: str
+
+    def handle(self, event: Event) -> list[Any]:
+        """Consume one event and return the effects to carry out."""
+        ...
+
+
+def parse_broker_url(url: str) -> tuple[str, int]:
+    """Split ``mqtt://host[:port]`` into ``(host, port)``; the port defaults to 1883.
+
+    Raises
+    ------
+    ValidationError
+        If the URL is not of that form.
+
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ValidationError(f"broker URL {url!r} must look like mqtt://HOST:PORT")
+    parts = urlsplit(url)
+    if parts.scheme != "mqtt":
+        raise ValidationError(
+            f"broker URL {url!r}: only the mqtt:// scheme is supported, got {parts.scheme!r}://"
+        )
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise ValidationError(f"broker URL {url!r} must look like mqtt://HOST:PORT")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValidationError(f"broker URL {url!r}: the port must be 1..65535") from None
+    host = parts.hostname
+    if not host:
+        raise ValidationError(f"broker URL {url!r} has no host")
+    if port == 0:
+        raise ValidationError(f"broker URL {url!r}: the port must be 1..65535")
+    return host, 1883 if port is None else port
+
+
+def _protocol_version(protocol: int) -> aiomqtt.ProtocolVersion:
+    if protocol == PROTOCOL_MQTT5:
+        return aiomqtt.ProtocolVersion.V5
+    if protocol == PROTOCOL_MQTT311:
+        return aiomqtt.ProtocolVersion.V311
+    raise ValidationError(f"protocol must be 4 (MQTT 3.1.1) or 5 (MQTT 5.0), got {protocol!r}")
+
+
+async def probe_broker(
+    hostname: str, port: int, *, timeout_s: float = 5.0, protocol: int = PROTOCOL_MQTT311
+) -> None:
+    """Connect to the broker once and disconnect.
+
+    Raises
+    ------
+    TransportError
+        If no MQTT session can be opened within ``timeout_s``; one line.
+
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with aiomqtt.Client(
+                hostname,
+                port,
+                protocol=_protocol_version(protocol),
+                timeout=timeout_s,
+                identifier=f"fs-probe-{random.getrandbits(48):012x}",
+            ):
+                pass
+    except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
+        detail = str(exc).strip() or type(exc).__name__
+        raise TransportError(
+            f"cannot reach the MQTT broker at mqtt://{hostname}:{port}: {detail}"
+        ) from None
+
+
+@dataclass
+class Traffic:
+    """One node's traffic over its broker connection.
+
+    ``payload_bytes_*`` sum the application payloads, ``packet_bytes_*`` the MQTT
+    PUBLISH packets carrying them (:func:`fedstrata.mqtt.publish_packet_size`);
+    *out* is node → broker, *in* is broker → node.
+    """
+
+    publishes: int = 0
+    payload_bytes_out: int = 0
+    packet_bytes_out: int = 0
+    delivered: int = 0
+    payload_bytes_in: int = 0
+    packet_bytes_in: int = 0
+    compute_flops: float = 0.0
+    connects: int = 0
+    timers_fired: int = 0
+
+
+@dataclass
+class RunLog:
+    """What the runners of one run share: the clock origin, the records, the tier bytes.
+
+    Records have the simulator's shape: ``{"t", "node", "kind", "fields",
+    "wire_bytes"}``, ``wire_bytes`` the cumulative PUBLISH packet bytes per tier
+    (both directions) when the record was made.
+    """
+
+    t0: float = field(default_factory=time.monotonic)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    tier_bytes: dict[str, int] = field(default_factory=dict)
+
+    def now(self) -> float:
+        """Wall-clock seconds since the run started."""
+        return max(0.0, time.monotonic() - self.t0)
+
+    def add_bytes(self, tier: str, nbytes: int) -> None:
+        """Count ``nbytes`` of PUBLISH packets on a connection of a node of ``tier``."""
+        self.tier_bytes[tier] = self.tier_bytes.get(tier, 0) + nbytes
+
+
+class _Lost:
+    """Inbox marker: the connection the reader was reading from failed."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class NodeRunner:
+    """Run one sans-IO node against an MQTT broker until it finishes.
+
+    Parameters
+    ----------
+    node
+        Any object with ``node_id`` and ``handle(event) -> list[Effect]``.
+    hostname, port
+        The broker.
+    tier
+        The node's tier, for the per-tier byte counts of ``log``.
+    log
+        Shared clock, records and tier bytes; a private one by default.
+    client_id
+        MQTT client identifier (default ``node.node_id``); must be unique on the broker.
+    protocol
+        4 (MQTT 3.1.1, default) or 5 (MQTT 5.0).
+    will
+        Last-will message the broker publishes if this node vanishes.
+    clean_session
+        MQTT 3.1.1 clean-session flag; ``False`` (default) keeps the session's
+        subscriptions and queued QoS 1 messages across a reconnect. With MQTT 5 the
+        session is clean on the first connection only.
+    max_attempts
+        Connection attempts in a row before the node gives up (records
+        ``transport_failed`` and stops).
+    backoff_s, backoff_max_s
+        First and largest pause between attempts (exponential, with ±50 % jitter).
+    keepalive
+        MQTT keep-alive in seconds.
+
+    Attributes
+    ----------
+    result
+        What the node left with ``Finished`` (``None`` until then).
+    finished
+        Whether the node finished.
+    failure
+        Why the runner gave up, or ``None``.
+    traffic
+        The node's :class:`Traffic`.
+
+    """
+
+    def __init__(
+        self,
+        node: SansIONode,
+        hostname: str,
+        port: int = 1883,
+        *,
+        tier: str = "edge",
+        log: RunLog | None = None,
+        client_id: str | None = None,
+        protocol: int = PROTOCOL_MQTT311,
+        will: Will | None = None,
+        clean_session: bool = False,
+        max_attempts: int = 5,
+        backoff_s: float = 0.1,
+        backoff_max_s: float = 2.0,
+        keepalive: int = 30,
+    ) -> None:
+        self.node = node
+        self.node_id = str(node.node_id)
+        self.hostname = hostname
+        self.port = port
+        self.tier = tier
+        self.log = log if log is not None else RunLog()
+        self.client_id = client_id or self.node_id
+        self.protocol = protocol
+        self._version = _protocol_version(protocol)
+        self.will = will
+        self.clean_session = clean_session
+        self.max_attempts = max(1, int(max_attempts))
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.keepalive = keepalive
+        self.traffic = Traffic()
+        self.result: Any = None
+        self.finished = False
+        self.failure: str | None = None
+        self._subs: dict[str, int] = {}
+        self._todo: deque[Any] = deque()
+        self._timers: dict[str, tuple[int, asyncio.TimerHandle]] = {}
+        self._token = 0
+        self._inbox: asyncio.Queue[Any] | None = None
+        self._started = False
+        self._jitter = random.Random()
+
+    # -- public ------------------------------------------------------------------------
+
+    async def run(self) -> Any:
+        """Connect, feed ``Started``, then events until the node finishes; return its result.
+
+        Never raises for transport problems: after ``max_attempts`` failed
+        connections in a row the node records ``transport_failed`` and stops with
+        :attr:`failure` set. A :class:`~fedstrata.errors.NodeProtocolError` of the
+        node propagates.
+        """
+        self._inbox = asyncio.Queue()
+        failures = 0
+        try:
+            while not self.finished:
+                try:
+                    await self._session()
+                    failures = 0
+                except (aiomqtt.MqttError, OSError) as exc:
+                    failures += 1
+                    if failures >= self.max_attempts:
+                        self._give_up(exc, failures)
+                        break
+                    delay = min(self.backoff_max_s, self.backoff_s * 2 ** (failures - 1))
+                    await asyncio.sleep(delay * (0.5 + self._jitter.random()))
+        finally:
+            for _, handle in self._timers.values():
+                handle.cancel()
+            self._timers.clear()
+        return self.result
+
+    # -- connection --------------------------------------------------------------------
+
+    def _client(self) -> aiomqtt.Client:
+        will = None
+        if self.will is not None:
+            will = aiomqtt.Will(
+                self.will.topic, self.will.payload, qos=self.will.qos, retain=self.will.retain
+            )
+        kwargs: dict[str, Any] = {}
+        if self._version is aiomqtt.ProtocolVersion.V5:
+            kwargs["clean_start"] = not self._started
+        else:
+            kwargs["clean_session"] = self.clean_session
+        return aiomqtt.Client(
+            self.hostname,
+            self.port,
+            identifier=self.client_id,
+            protocol=self._version,
+            will=will,
+            keepalive=self.keepalive,
+            timeout=10.0,
+            # small request/response messages: do not wait for Nagle's algorithm
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            **kwargs,
+        )
+
+    async def _session(self) -> None:
+        """One connection: run until the node finishes or the connection fails."""
+        assert self._inbox is not None
+        async with self._client() as client:
+            self.traffic.connects += 1
+            reader = asyncio.create_task(self._read(client), name=f"read-{self.node_id}")
+            try:
+                if not self._started:
+                    self._started = True
+                    self._feed(Started(now=self.log.now()))
+                else:  # the broker may have lost the session: subscribe again
+                    for pattern, qos in self._subs.items():
+                        await client.subscribe(pattern, qos)
+                await self._drain(client)
+                while not self.finished:
+                    item = await self._inbox.get()
+                    if isinstance(item, _Lost):
+                        raise item.error
+                    self._dispatch(item)
+                    await self._drain(client)
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+                    await reader
+
+    async def _read(self, client: aiomqtt.Client) -> None:
+        assert self._inbox is not None
+        try:
+            async for msg in client.messages:
+                payload = msg.payload
+                if isinstance(payload, bytearray | memoryview):
+                    payload = bytes(payload)
+                elif not isinstance(payload, bytes):
+                    payload = b"" if payload is None else str(payload).encode("utf-8")
+                self._inbox.put_nowait(("msg", msg.topic.value, payload, msg.qos))
+        except aiomqtt.MqttError as exc:
+            self._inbox.put_nowait(_Lost(exc))
+
+    def _give_up(self, exc: BaseException, attempts: int) -> None:
+        detail = str(exc).strip() or type(exc).__name__
+        self.failure = (
+            f"{self.node_id}: lost the broker at {self.hostname}:{self.port} after "
+            f"{attempts} attempts: {detail}"
+        )
+        self._record("transport_failed", {"node": self.node_id, "reason": self.failure})
+
+    # -- events ------------------------------------------------------------------------
+
+    def _dispatch(self, item: tuple[Any, ...]) -> None:
+        if item[0] == "msg":
+            _, topic, payload, qos = item
+            size = publish_packet_size(topic, len(payload), qos, protocol=self.protocol)
+            self.traffic.delivered += 1
+            self.traffic.payload_bytes_in += len(payload)
+            self.traffic.packet_bytes_in += size
+            self.log.add_bytes(self.tier, size)
+            self._feed(Delivered(now=self.log.now(), topic=topic, payload=payload))
+        elif item[0] == "timer":
+            _, name, token = item
+            live = self._timers.get(name)
+            if live is None or live[0] != token:
+                return  # re-armed or cancelled after it was queued
+            del self._timers[name]
+            self.traffic.timers_fired += 1
+            self._feed(TimerFired(now=self.log.now(), name=name))
+
+    def _feed(self, event: Event) -> None:
+        self._todo.extend(self.node.handle(event))
+
+    def _timer_due(self, name: str, token: int) -> None:
+        assert self._inbox is not None
+        self._inbox.put_nowait(("timer", name, token))
+
+    # -- effects -----------------------------------------------------------------------
+
+    async def _drain(self, client: aiomqtt.Client) -> None:
+        """Carry out the pending effects in order; one that fails stays pending."""
+        todo = self._todo
+        while todo:
+            eff = todo[0]
+            if isinstance(eff, Publish):
+                await client.publish(eff.topic, eff.payload, qos=eff.qos, retain=eff.retain)
+                size = publish_packet_size(
+                    eff.topic, len(eff.payload), eff.qos, protocol=self.protocol
+                )
+                self.traffic.publishes += 1
+                self.traffic.payload_bytes_out += len(eff.payload)
+                self.traffic.packet_bytes_out += size
+                self.log.add_bytes(self.tier, size)
+            elif isinstance(eff, Subscribe):
+                await client.subscribe(eff.pattern, eff.qos)
+                self._subs[eff.pattern] = eff.qos
+            elif isinstance(eff, SetTimer):
+                old = self._timers.pop(eff.name, None)
+                if old is not None:
+                    old[1].cancel()
+                self._token += 1
+                handle = asyncio.get_running_loop().call_later(
+                    eff.delay_s, self._timer_due, eff.name, self._token
+                )
+                self._timers[eff.name] = (self._token, handle)
+            elif isinstance(eff, CancelTimer):
+                old = self._timers.pop(eff.name, None)
+                if old is not None:
+                    old[1].cancel()
+            elif isinstance(eff, Compute):
+                self.traffic.compute_flops += eff.flops  # the work already happened in handle()
+            elif isinstance(eff, Record):
+                self._record(eff.kind, eff.fields)
+            elif isinstance(eff, Finished):
+                if len(todo) != 1:
+                    raise NodeProtocolError(f"{self.node_id}: Finished must be the last effect")
+                self.result = eff.result
+                self.finished = True
+            else:
+                raise NodeProtocolError(f"{self.node_id}: unknown effect {type(eff).__name__}")
+            todo.popleft()
+
+    def _record(self, kind: str, fields: dict[str, Any]) -> None:
+        self.log.records.append(
+            {
+                "t": self.log.now(),
+                "node": self.node_id,
+                "kind": kind,
+                "fields": fields,
+                "wire_bytes": dict(self.log.tier_bytes),
+            }
+        )

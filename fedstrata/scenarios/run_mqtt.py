@@ -1,0 +1,330 @@
+"""Run a scenario over a real MQTT broker and write the same record as the simulator.
+
+The nodes are the simulator's node objects (built by
+:func:`~fedstrata.scenarios.build.build_federation`); each runs as an asyncio task
+driven by :class:`~fedstrata.broker.runner.NodeRunner` against one broker, in this
+process. The record (``summary.json``, ``rounds.csv``, ``labels.csv``, ``model.npz``)
+is built by the same helpers as the simulator's, with ``transport: "mqtt"``.
+
+Differences from a simulated run:
+
+* clocks are wall-clock seconds since the run started: ``wall_time_s`` in the
+  summary, and the ``virtual_time_s`` column of ``rounds.csv`` holds the node's
+  wall clock;
+* the links of the scenario are not emulated and its ``faults`` are not injected
+  (a warning in the summary says so);
+* every node reaches the broker over TCP, so the root's and the aggregators'
+  PUBLISH packets count too (the simulator co-locates each aggregator with its
+  broker, so its hops carry no wire bytes);
+* the run id (the second topic level) is the scenario's name plus ``-`` and 8 random
+  hex digits, so runs on a shared broker never mix; it is ``run_id`` in the summary;
+* losses, retransmissions and QoS 1 redeliveries happen inside the MQTT client and
+  broker and are not observable: those counters are ``null``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from fedstrata.algorithms.multiview import prepare_views
+from fedstrata.broker.launcher import PrivateBroker
+from fedstrata.broker.runner import NodeRunner, RunLog, parse_broker_url, probe_broker
+from fedstrata.mqtt import PROTOCOL_MQTT311, Will, presence_topic
+from fedstrata.nodes.aggregator import RunStatus
+from fedstrata.scenarios.build import Federation, build_federation
+from fedstrata.scenarios.run import (
+    _count_warning,
+    _quality,
+    _records_outcome,
+    _round_rows,
+    _start_record,
+    _write_record,
+)
+from fedstrata.scenarios.schema import Scenario
+
+__all__ = ["DEFAULT_TIMEOUT_S", "mqtt_run", "run_scenario_mqtt"]
+
+#: Wall-clock limit of a run when none is given.
+DEFAULT_TIMEOUT_S = 600.0
+#: How long the other nodes may take to finish after the root did.
+_GRACE_S = 5.0
+
+
+def _faults_ignored(sc: Scenario) -> str | None:
+    f = sc.faults
+    kinds = [
+        name
+        for name, on in (
+            ("dropout", f.dropout > 0),
+            ("crashes", bool(f.crashes)),
+            ("partitions", bool(f.partitions)),
+            ("degradations", bool(f.degradations)),
+            ("availability", f.availability is not None),
+        )
+        if on
+    ]
+    if not kinds:
+        return None
+    return f"faults are not injected over MQTT; ignored: {', '.join(kinds)}"
+
+
+def _make_runners(
+    fed: Federation, host: str, port: int, protocol: int
+) -> tuple[RunLog, dict[str, NodeRunner]]:
+    """One runner per node of the federation, sharing one run log."""
+    run = fed.protocol.run
+    log = RunLog()
+    runners = {
+        nid: NodeRunner(
+            ns.node,
+            host,
+            port,
+            tier=fed.tiers[nid],
+            log=log,
+            client_id=f"fs-{run}-{nid}",
+            protocol=protocol,
+            will=Will(presence_topic(run, nid), b"", qos=1),
+        )
+        for nid, ns in fed.sim.engine.nodes.items()
+    }
+    return log, runners
+
+
+async def _run_nodes(
+    fed: Federation, log: RunLog, runners: dict[str, NodeRunner], timeout_s: float
+) -> tuple[bool, float]:
+    """Run every node as a task; return whether the root timed out and the wall time."""
+    log.t0 = time.monotonic()
+    root_id = fed.scenario.topology.cloud_id
+    tasks = {nid: asyncio.create_task(r.run(), name=f"node-{nid}") for nid, r in runners.items()}
+    root = tasks[root_id]
+    timed_out = False
+    try:
+        done, _ = await asyncio.wait([root], timeout=timeout_s)
+        timed_out = root not in done
+        wall = log.now()
+        others = [t for nid, t in tasks.items() if nid != root_id and not t.done()]
+        if others and not timed_out:
+            await asyncio.wait(others, timeout=_GRACE_S)
+    finally:
+        for t in tasks.values():
+            t.cancel()
+        outcomes = await asyncio.gather(*tasks.values(), return_exceptions=True)
+    for out in outcomes:
+        if isinstance(out, BaseException) and not isinstance(out, asyncio.CancelledError):
+            raise out  # a node broke its protocol or a bug: not a run outcome
+    return timed_out, wall
+
+
+def mqtt_run(
+    sc: Scenario,
+    host: str,
+    port: int,
+    *,
+    seed: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    protocol: int = PROTOCOL_MQTT311,
+) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
+    """Run ``sc`` over the broker at ``host:port``; return the federation, summary and rows.
+
+    The counterpart of :func:`fedstrata.scenarios.run.simulate`. The broker must be
+    reachable (see :func:`~fedstrata.broker.runner.probe_broker`); a node that loses
+    it for good records ``transport_failed`` and the run ends ``stalled`` unless the
+    root finished. A ``KeyboardInterrupt`` ends the run with status ``interrupted``
+    (not re-raised), as in the simulator.
+    """
+    if seed is not None:
+        sc = sc.model_copy(update={"seed": seed})
+    run_id = f"{sc.name}-{secrets.token_hex(4)}"
+    fed = build_federation(sc.model_copy(update={"name": run_id}))
+    fed.scenario = sc
+    caught: dict[str, int] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, category, *_a, **_k: _count_warning(
+            caught, category, message
+        )
+        log, runners = _make_runners(fed, host, port, protocol)
+        interrupted = timed_out = False
+        try:
+            timed_out, wall = asyncio.run(_run_nodes(fed, log, runners, timeout_s))
+        except KeyboardInterrupt:  # every node task was cancelled and disconnected
+            interrupted, wall = True, log.now()
+    records = log.records
+    results = {nid: r.result for nid, r in runners.items() if r.finished}
+    fed.sim.records.clear()  # the simulator never ran: its records stay empty
+    root_id = sc.topology.cloud_id
+    root_result = results.get(root_id)
+    if interrupted:
+        final_state, rounds = _records_outcome(fed, records)
+        status = RunStatus.INTERRUPTED.value
+        reason = f"interrupted at wall-clock time {wall:.6g} s"
+    elif root_result is not None:
+        status, reason = root_result["status"], root_result["reason"]
+        final_state, rounds = root_result["state"], int(root_result["iterations"])
+    else:
+        final_state, rounds = _records_outcome(fed, records)
+        status = RunStatus.STALLED.value
+        failure = runners[root_id].failure
+        if failure is not None:
+            reason = f"the root lost the broker: {failure}"
+        elif timed_out:
+            reason = (
+                f"the root {root_id!r} did not finish within the {timeout_s:g} s wall-clock limit"
+            )
+        else:
+            reason = f"the root {root_id!r} stopped without finishing"
+    status, reason, metrics, metrics_reason, labels = _quality(
+        fed, status, reason, final_state, root_finished=root_result is not None
+    )
+    pooled = prepare_views(fed.dataset.views, fed.model)
+    rows = _round_rows(fed, pooled, records)
+    per_tier: dict[str, dict[str, int]] = {}
+    for nid, r in runners.items():
+        row = per_tier.setdefault(
+            fed.tiers[nid],
+            {
+                "nodes": 0,
+                "publishes": 0,
+                "delivered": 0,
+                "bytes_up": 0,
+                "bytes_down": 0,
+                "payload_bytes_up": 0,
+                "payload_bytes_down": 0,
+                "messages_up": 0,
+                "messages_down": 0,
+            },
+        )
+        t = r.traffic
+        row["nodes"] += 1
+        row["publishes"] += t.publishes
+        row["delivered"] += t.delivered
+        row["messages_up"] += t.publishes
+        row["messages_down"] += t.delivered
+        row["bytes_up"] += t.packet_bytes_out
+        row["bytes_down"] += t.packet_bytes_in
+        row["payload_bytes_up"] += t.payload_bytes_out
+        row["payload_bytes_down"] += t.payload_bytes_in
+    for row in per_tier.values():
+        row["bytes_total"] = row["bytes_up"] + row["bytes_down"]
+    per_tier = dict(sorted(per_tier.items()))
+    up = sum(r["bytes_up"] for r in per_tier.values())
+    down = sum(r["bytes_down"] for r in per_tier.values())
+    pay_up = sum(r["payload_bytes_up"] for r in per_tier.values())
+    pay_down = sum(r["payload_bytes_down"] for r in per_tier.values())
+    qos1 = fed.protocol.qos == 1
+    messages_up = sum(r["messages_up"] for r in per_tier.values())
+    messages_down = sum(r["messages_down"] for r in per_tier.values())
+    notes = [f"{k} (x{n})" if n > 1 else k for k, n in sorted(caught.items())]
+    ignored = _faults_ignored(sc)
+    if ignored:
+        notes.append(ignored)
+    notes += [r.failure for r in runners.values() if r.failure is not None]
+    summary: dict[str, Any] = {
+        "status": status,
+        "reason": reason,
+        "converged": status == RunStatus.CONVERGED.value,
+        "scenario": sc.name,
+        "seed": sc.seed,
+        "transport": "mqtt",
+        "broker": f"mqtt://{host}:{port}",
+        "run_id": fed.protocol.run,
+        "rounds": rounds,
+        "bytes_up": up,
+        "bytes_down": down,
+        "bytes_total": up + down,
+        "bytes_per_round": (up + down) / rounds if rounds else None,
+        "payload_bytes": {"up": pay_up, "down": pay_down, "total": pay_up + pay_down},
+        # a successful PUBACK is 4 bytes (MQTT 3.1.1 §3.4, MQTT 5 §3.4.2.1)
+        "ack_bytes": {
+            "up": 4 * messages_down if qos1 else 0,
+            "down": 4 * messages_up if qos1 else 0,
+        },
+        "messages": messages_up + messages_down,
+        "messages_dropped": None,
+        "dropped_by_reason": None,
+        "messages_not_sent": None,
+        "deliveries_abandoned": None,
+        "events_suppressed": None,
+        "retransmissions": None,
+        "duplicates": sum(1 for r in records if r["kind"] == "duplicate"),
+        "virtual_time_s": None,  # no virtual clock: see wall_time_s
+        "wall_time_s": round(wall, 3),
+        "metrics": metrics,
+        "metrics_reason": metrics_reason,
+        "clients": len(fed.client_indices),
+        "per_tier": per_tier,
+        "warnings": notes,
+        "failed_rounds": sum(
+            1 for r in rows if r.get("tier") == "cloud" and r.get("phase") == "iter" and not r["ok"]
+        ),
+    }
+    fed.final_state = final_state
+    fed.final_labels = labels
+    return fed, summary, rows
+
+
+@contextlib.contextmanager
+def _broker(url: str | None) -> Any:
+    if url is None:
+        with PrivateBroker() as b:
+            yield b.host, int(b.port or 0)
+    else:
+        yield parse_broker_url(url)
+
+
+def run_scenario_mqtt(
+    sc: Scenario,
+    out_dir: str | Path,
+    *,
+    seed: int | None = None,
+    broker: str | None = None,
+    overwrite: bool = False,
+    command: list[str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    plots: bool = True,
+    protocol: int = PROTOCOL_MQTT311,
+) -> dict[str, Any]:
+    """Run ``sc`` over MQTT and write its record into ``out_dir``; return the summary.
+
+    ``broker`` is ``mqtt://host:port``, or ``None`` to start a private Mosquitto on
+    127.0.0.1 for this run. The record has the simulator's files and fields, with
+    ``transport: "mqtt"`` (see the module docstring for the differences).
+
+    Raises
+    ------
+    ValidationError
+        If ``broker`` is not an ``mqtt://HOST:PORT`` URL.
+    TransportError
+        If the broker cannot be reached (or Mosquitto cannot be started).
+    OutputError
+        If ``out_dir`` cannot take this run.
+
+    """
+    if broker is not None:
+        parse_broker_url(broker)  # a usage error before anything else happens
+    with _broker(broker) as (host, port):
+        asyncio.run(probe_broker(host, port, protocol=protocol))
+        out, digest = _start_record(sc, out_dir, seed, overwrite)
+        fed, summary, rows = mqtt_run(
+            sc, host, port, seed=seed, timeout_s=timeout_s, protocol=protocol
+        )
+    if broker is None:
+        summary["broker"] = "private mosquitto on 127.0.0.1"
+    return _write_record(
+        fed,
+        summary,
+        rows,
+        out,
+        digest=digest,
+        command=command,
+        events=False,
+        plots=plots,
+        elapsed_key="wall_time_s",
+    )

@@ -1,0 +1,29 @@
+"""Broker tests start a real Mosquitto on 127.0.0.1 and a free port.
+
+When mosquitto is missing they are skipped, except under CI (``CI`` set), where a
+missing broker is a failure: the transport must be tested there.
+"""
+
+import os
+
+import pytest
+
+from fedstrata.broker.launcher import PrivateBroker, find_mosquitto
+from fedstrata.errors import TransportError
+
+
+def _need_mosquitto() -> None:
+    try:
+        find_mosquitto()
+    except TransportError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def mosquitto():
+    """One private broker for the whole session: (host, port)."""
+    _need_mosquitto()
+    with PrivateBroker() as broker:
+        yield broker

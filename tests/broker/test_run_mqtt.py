@@ -1,0 +1,202 @@
+"""Scenarios over a real Mosquitto: the same model as the simulator, the same record."""
+
+import json
+import math
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from fedstrata.scenarios.loader import parse_scenario
+from fedstrata.scenarios.run import run_scenario, simulate
+from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt
+
+pytestmark = pytest.mark.broker
+
+FLAT = """
+name: flat-mqtt
+seed: {seed}
+data: {{dataset: heat-kernel-synthetic, params: {{n_per_cluster: 40}}, partition: {{kind: iid}}}}
+topology: {{clients: {{count: 3, link: {{latency: 0.01, bandwidth_mbps: 10}}}}}}
+algorithm: {{name: hk-mvfc, n_clusters: 4, center_update: exact}}
+protocol: {{rule: sum, rounds: 12, tol: 1.0e-6, deadline_s: 30}}
+"""
+EXE = shutil.which("fedstrata")
+
+
+def flat(seed=5):
+    return parse_scenario(FLAT.format(seed=seed))
+
+
+def test_mqtt_run_equals_the_simulator(mosquitto):
+    sc = flat()
+    fed_sim, s_sim, rows_sim = simulate(sc)
+    fed, s, rows = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=60)
+    assert s["transport"] == "mqtt" and s["status"] == s_sim["status"]
+    assert s["reason"] == s_sim["reason"] and s["rounds"] == s_sim["rounds"]
+    for a, b in zip(fed.final_state.centers, fed_sim.final_state.centers, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        fed.final_state.view_weights, fed_sim.final_state.view_weights, atol=1e-10
+    )
+    np.testing.assert_array_equal(fed.final_labels, fed_sim.final_labels)
+    assert s["metrics"] == s_sim["metrics"]
+    # the same rounds closed with the same participants and objectives
+    key = lambda r: (r["round"], r["tier"], r["phase"], r["participants"], r.get("objective"))  # noqa: E731
+    assert [key(r) for r in rows] == [key(r) for r in rows_sim]
+    # edge traffic: the same messages; each carries the run-id suffix ("-" + 8 hex) twice,
+    # in its topic and in its envelope
+    edge, edge_sim = s["per_tier"]["edge"], s_sim["per_tier"]["edge"]
+    assert edge["messages_up"] == edge_sim["messages_up"]
+    assert edge["messages_down"] == edge_sim["messages_down"]
+    # (plus 1 byte where the longer packet crosses a Remaining Length varint boundary,
+    # e.g. 111 -> 129 bytes for the setup model: MQTT 3.1.1 §2.2.3)
+    extra = 2 * len("-0123abcd")
+    for d in ("up", "down"):
+        n, grown = edge[f"messages_{d}"], edge[f"bytes_{d}"] - edge_sim[f"bytes_{d}"]
+        assert extra * n <= grown <= (extra + 1) * n, (d, n, grown)
+    assert s["bytes_total"] == sum(t["bytes_total"] for t in s["per_tier"].values())
+    assert s["run_id"].startswith("flat-mqtt-") and len(s["run_id"]) == len("flat-mqtt-") + 8
+
+
+def test_wall_clock_timeout_is_stalled(mosquitto):
+    sc = flat()
+    _, s, _ = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=0.05)
+    assert s["status"] == "stalled" and "wall-clock limit" in s["reason"]
+    assert s["converged"] is False
+
+
+def test_record_files_match_the_simulator(mosquitto, tmp_path):
+    sc = flat()
+    run_scenario(sc, tmp_path / "sim", progress=False, plots=False)
+    s = run_scenario_mqtt(sc, tmp_path / "mqtt", broker=mosquitto.url, plots=False)
+    sim_files = sorted(p.name for p in (tmp_path / "sim").iterdir())
+    mqtt_files = sorted(p.name for p in (tmp_path / "mqtt").iterdir())
+    assert sim_files == mqtt_files and s["files"][-1] == "summary.json"
+    for name in ("labels.csv", "scenario.yaml"):
+        assert (tmp_path / "sim" / name).read_text() == (tmp_path / "mqtt" / name).read_text()
+    header = (tmp_path / "mqtt" / "rounds.csv").read_text().splitlines()[0]
+    assert header == (tmp_path / "sim" / "rounds.csv").read_text().splitlines()[0]
+
+
+def _cli(*args, timeout=60):
+    assert EXE is not None, "the fedstrata command is not installed (pip install -e .)"
+    return subprocess.run([EXE, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_transport_mqtt_writes_a_strict_record(mosquitto, tmp_path):
+    path = tmp_path / "flat.yaml"
+    path.write_text(FLAT.format(seed=1))
+    res = _cli(
+        "run",
+        path,
+        "--transport",
+        "mqtt",
+        "--broker",
+        mosquitto.url,
+        "--out",
+        tmp_path / "o",
+        "--no-plots",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    text = (tmp_path / "o" / "summary.json").read_text()
+    summary = json.loads(
+        text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}")
+    )
+    assert summary["transport"] == "mqtt"
+    assert summary["status"] in ("converged", "round_limit", "stalled", "diverged")
+    assert all(v is None or math.isfinite(v) for v in summary["metrics"].values())
+
+
+def test_cli_private_broker(tmp_path):
+    # no --broker: the command starts (and stops) its own Mosquitto
+    from tests.broker.conftest import _need_mosquitto
+
+    _need_mosquitto()
+    path = tmp_path / "flat.yaml"
+    path.write_text(FLAT.format(seed=2))
+    res = _cli("run", path, "--transport", "mqtt", "--out", tmp_path / "o", "--no-plots")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["transport"] == "mqtt"
+
+
+def test_cli_unreachable_broker_is_one_line_exit_1(tmp_path):
+    path = tmp_path / "flat.yaml"
+    path.write_text(FLAT.format(seed=1))
+    t0 = time.monotonic()
+    res = _cli(
+        "run",
+        path,
+        "--transport",
+        "mqtt",
+        "--broker",
+        "mqtt://127.0.0.1:1",
+        "--out",
+        tmp_path / "o",
+    )
+    assert time.monotonic() - t0 < 15
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the MQTT broker"), (
+        res.stderr
+    )
+    assert not (tmp_path / "o" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--broker", "mqtt://127.0.0.1:1883"],  # --broker with the simulator
+        ["--transport", "mqtt", "--broker", "tcp://127.0.0.1:1883"],
+        ["--transport", "mqtt", "--broker", "mqtt://127.0.0.1:70000"],
+        ["--transport", "carrier-pigeon"],
+    ],
+)
+def test_cli_usage_errors_exit_2(tmp_path, args):
+    path = tmp_path / "flat.yaml"
+    path.write_text(FLAT.format(seed=1))
+    res = _cli("run", path, *args, "--out", tmp_path / "o")
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_cli_ctrl_c_leaves_an_interrupted_record(mosquitto, tmp_path):
+    import signal
+
+    path = tmp_path / "long.yaml"
+    path.write_text(
+        FLAT.format(seed=1).replace("rounds: 12, tol: 1.0e-6", "rounds: 100000, tol: 0.0")
+    )
+    out = tmp_path / "o"
+    proc = subprocess.Popen(
+        [
+            EXE,
+            "run",
+            str(path),
+            "--transport",
+            "mqtt",
+            "--broker",
+            mosquitto.url,
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (out / "scenario.yaml").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)  # well inside the run
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert "interrupted" in stdout
+    assert "Traceback" not in stderr
+    assert proc.returncode == 130, stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["transport"] == "mqtt"
+    assert summary["reason"].startswith("interrupted at wall-clock time")
+    assert 0 < summary["rounds"] < 100000

@@ -155,11 +155,39 @@ def run(
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace the record of another run in --out."
     ),
+    transport: str = typer.Option(
+        "sim",
+        "--transport",
+        help="sim: virtual time in the simulator; mqtt: real MQTT, every node in this process.",
+    ),
+    broker: str | None = typer.Option(
+        None,
+        "--broker",
+        metavar="mqtt://HOST:PORT",
+        help="With --transport mqtt: the broker [default: a private Mosquitto on 127.0.0.1].",
+    ),
+    timeout: float = typer.Option(
+        600.0, "--timeout", min=0.001, help="With --transport mqtt: wall-clock limit in seconds."
+    ),
 ) -> None:
-    """Simulate a scenario in virtual time; write its record (summary.json, rounds.csv, ...)."""
+    """Run a scenario (simulated, or over real MQTT); write its record (summary.json, ...)."""
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
     from fedstrata.scenarios.run import run_scenario
 
+    if transport not in ("sim", "mqtt"):
+        raise typer.BadParameter(
+            f"{transport!r} is not one of 'sim', 'mqtt'", param_hint="'--transport'"
+        )
+    if broker is not None:
+        if transport != "mqtt":
+            raise typer.BadParameter("--broker needs --transport mqtt", param_hint="'--broker'")
+        from fedstrata.broker.runner import parse_broker_url
+        from fedstrata.errors import ValidationError
+
+        try:
+            parse_broker_url(broker)
+        except ValidationError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--broker'") from None
     try:
         sc = load_scenario(scenario, seed=seed)
     except ScenarioErrors as exc:
@@ -168,6 +196,16 @@ def run(
         raise typer.Exit(1) from None
     if out_dir is None:
         out_dir = Path("runs") / sc.name
+    _terminate_like_ctrl_c()
+    if transport == "mqtt" and (events or sc.output.events):
+        raise typer.BadParameter(
+            "events.jsonl is written by the simulator only, not yet over MQTT "
+            "(drop --events or set output.events: false)",
+            param_hint="'--events'",
+        )
+    if transport == "mqtt":
+        _run_mqtt(sc, out_dir, seed, broker, overwrite, timeout, plots and sc.output.plots)
+        return
     summary = run_scenario(
         sc,
         out_dir,
@@ -178,6 +216,7 @@ def run(
         overwrite=overwrite,
         command=["fedstrata", *sys.argv[1:]],
     )
+    _print_warnings(summary)
     m = summary["metrics"]
     out.print(
         f"[bold]{sc.name}[/]: {summary['status']} after {summary['rounds']} rounds "
@@ -197,6 +236,71 @@ def run(
     out.print(f"record: {out_dir}", highlight=False, markup=False)
     if summary["status"] == "interrupted":
         raise typer.Exit(130)
+
+
+def _run_mqtt(
+    sc: Any,
+    out_dir: Path,
+    seed: int | None,
+    broker: str | None,
+    overwrite: bool,
+    timeout: float,
+    plots: bool,
+) -> None:
+    """``fedstrata run --transport mqtt``: run over real MQTT and print the outcome."""
+    from fedstrata.scenarios.run_mqtt import run_scenario_mqtt
+
+    summary = run_scenario_mqtt(
+        sc,
+        out_dir,
+        seed=seed,
+        broker=broker,
+        overwrite=overwrite,
+        command=["fedstrata", *sys.argv[1:]],
+        timeout_s=timeout,
+        plots=plots,
+    )
+    _print_warnings(summary)
+    m = summary["metrics"]
+    out.print(
+        f"[bold]{sc.name}[/]: {summary['status']} after {summary['rounds']} rounds "
+        f"({summary['reason']})",
+        highlight=False,
+    )
+    out.print(
+        f"{summary['bytes_total']:,} bytes, {summary['messages']:,} messages over "
+        f"{summary['broker']} (run id {summary['run_id']}), wall {summary['wall_time_s']:.2f} s",
+        highlight=False,
+    )
+    if m["ari"] is None:
+        out.print(f"metrics: none ({summary['metrics_reason']})", highlight=False)
+    else:
+        out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}", highlight=False)
+    out.print(f"record: {out_dir}", highlight=False, markup=False)
+    if summary["status"] == "interrupted":
+        raise typer.Exit(130)
+
+
+def _terminate_like_ctrl_c() -> None:
+    """Let SIGTERM (a batch system's time limit, ``kill``) end a run as Ctrl-C does.
+
+    The run then stops with status ``interrupted`` and a complete record, exit 130.
+    """
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _print_warnings(summary: dict[str, Any]) -> None:
+    """Show the record's warnings on stderr, a line each (the first five)."""
+    shown = summary.get("warnings") or []
+    for w in shown[:5]:
+        err.print(f"warning: {w}", highlight=False, markup=False)
+    if len(shown) > 5:
+        err.print(f"warning: ... {len(shown) - 5} more in summary.json", highlight=False)
 
 
 def _version(value: bool) -> None:

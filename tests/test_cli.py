@@ -189,7 +189,8 @@ def test_internal_error_is_one_line_exit_3_and_a_trace_file(tiny, tmp_path):
     trace.unlink()
 
 
-def test_ctrl_c_leaves_a_valid_interrupted_record(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_leaves_a_valid_interrupted_record(tmp_path, sig):
     sc = tmp_path / "long.yaml"
     sc.write_text(
         "name: long\n"
@@ -209,7 +210,7 @@ def test_ctrl_c_leaves_a_valid_interrupted_record(tmp_path):
     while not (out / "scenario.yaml").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(2.0)  # well inside the simulation
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
     assert "Traceback" not in stderr
     assert proc.returncode == 130, stderr

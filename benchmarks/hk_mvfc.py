@@ -1,6 +1,6 @@
 """Speed of fedstrata's HK-MVFC against a plain, obvious numpy HK-MVFC.
 
-Data: the seed-004 §6.1 synthetic set (n = 10,000, two 2-D views, c = 4), Type 1
+Data: the FedHK-MVFC paper's §6.1 synthetic set (n = 10,000, two 2-D views, c = 4), Type 1
 heat kernel, m = 2, alpha = 5, Eq. 16 ("paper") centres, |ΔJ| < 1e-6, 100 iterations
 at most. Both implementations start from the same k-means initial centres
 (``initial_centers(views, 4, n_init=10, method="kmeans", rng=default_rng(seed))``).

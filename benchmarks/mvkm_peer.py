@@ -8,10 +8,10 @@ The package's top-level ``mvkm_ed.MVKMED`` (``mvkm_ed/core.py``) is not usable: 
 imports torch and tqdm (neither declared) and calls ``_compute_beta``,
 ``_update_centers``, ``_update_weights`` and ``_compute_objective``, which that class
 does not define. The working algorithm is ``mvkm_ed/mvkm_ed.py`` (numpy only, the code
-of seed 003 minus its two zero-division fallbacks); it is loaded here straight from
+of the Fed-MVKM paper minus its two zero-division fallbacks); it is loaded here straight from
 its file, so neither torch nor tqdm is needed to run this benchmark.
 
-What is compared: same data (seed-004 §6.1 set, n = 10,000, two 2-D views, c = 4),
+What is compared: same data (FedHK-MVFC paper's §6.1 set, n = 10,000, two 2-D views, c = 4),
 alpha = 2, the same β schedule β_h = |Σ_j mean_j| c / (t n), the same initial centres
 (c random samples shared by the views, passed to the package by overriding its
 ``_initialize_centers``), and each side's own default stopping rule, |ΔJ| <= 1e-4 or
@@ -75,7 +75,7 @@ def peer_model(peer: ModuleType, init: list[np.ndarray], n_views: int):
         cluster_num=C,
         points_view=n_views,
         alpha=ALPHA,
-        beta=0.1,  # unused in training (seed 003 L136-143), kept at the package's value
+        beta=0.1,  # unused in training (Fed-MVKM paper's tutorial code), kept at the package's value
         max_iterations=MAX_ITER,
         convergence_threshold=TOL,
     )

@@ -1,7 +1,7 @@
 """The 10,000-client federation with the real HK-MVFC nodes (not a null algorithm).
 
 10,000 clients under 100 fog nodes, 20 rounds of exact sum-of-statistics HK-MVFC on
-the seed-004 data with 5 samples per client. Prints wall time, deliveries per
+the FedHK-MVFC paper's §6.1 data with 5 samples per client. Prints wall time, deliveries per
 wall-second, peak memory, and the share of wall time spent inside node code
 (algorithm + encoding/decoding) versus the kernel, measured in the same run by timing
 every node.handle call.

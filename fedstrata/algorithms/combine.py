@@ -1,4 +1,4 @@
-"""Server-side aggregation rules of FedHK-MVFC (seed 004, §4.6) as pure functions.
+"""Server-side aggregation rules of FedHK-MVFC (FedHK-MVFC paper, §4.6) as pure functions.
 
 Two kinds of client update exist:
 

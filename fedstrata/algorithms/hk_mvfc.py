@@ -1,4 +1,4 @@
-"""HK-MVFC: heat-kernel-enhanced multi-view fuzzy clustering (seed 004, §3).
+"""HK-MVFC: heat-kernel-enhanced multi-view fuzzy clustering (FedHK-MVFC paper, §3).
 
 The client and server steps live in :mod:`fedstrata.algorithms.multiview`
 (:func:`local_statistics`, :func:`combine`); this module adds the estimator.
@@ -17,7 +17,7 @@ __all__ = ["HKMVFC"]
 
 
 class HKMVFC(MultiViewEstimator):
-    """Heat-kernel-enhanced multi-view fuzzy clustering (Algorithm 1 of seed 004).
+    """Heat-kernel-enhanced multi-view fuzzy clustering (Algorithm 1 of the FedHK-MVFC paper).
 
     Minimises J = Σ_h v_h^α Σ_i Σ_k μ_ik^m (1 - exp(-Σ_j δ_ij^h (x_ij^h - a_kj^h)^2))
     (Eq. 13) by alternating memberships (Eq. 15), view weights (Eq. 17) and centres

@@ -137,9 +137,9 @@ def initial_centers(
     method
         ``"kmeans"``: k-means++ seeding then Lloyd on the concatenated standardized
         views; centres are the per-view means of the resulting clusters (the robust
-        default: seed 004's data needs it, random seeds give ARI 0.15-0.75).
+        default: the FedHK-MVFC paper's data needs it, random seeds give ARI 0.15-0.75).
         ``"k-means++"``: the seed samples themselves. ``"random"``: c distinct random
-        samples (seed 003's MVKM-ED), the same rows in every view.
+        samples (the Fed-MVKM paper's MVKM-ED), the same rows in every view.
     rng
         Random generator.
     """

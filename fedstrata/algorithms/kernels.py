@@ -1,7 +1,8 @@
 """Heat-kernel coefficients (H-KC) and the kernel Euclidean distance (KED).
 
-References are to the FedHK-MVFC paper (seed 004): Eq. 8/37 (Type 1, min-max),
-Eq. 9/38 (Type 2, absolute deviation from the mean) and Eq. 11/12 (KED).
+References are to the FedHK-MVFC paper ("FedHK-MVFC: Federated Heat Kernel
+Multi-View Clustering"): Eq. 8/37 (Type 1, min-max), Eq. 9/38 (Type 2, absolute
+deviation from the mean) and Eq. 11/12 (KED).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One engine for weighted multi-view c-means: client step, additive statistics, server step.
 
-HK-MVFC (seed 004), MVKM-ED (seed 003) and the Euclidean multi-view fuzzy c-means
+HK-MVFC (FedHK-MVFC paper), MVKM-ED (Fed-MVKM paper) and the Euclidean multi-view fuzzy c-means
 baseline are the same alternating scheme with different distances, memberships
 and centre weights. Every server-side quantity is a ratio of sums over samples, so
 the work splits into
@@ -109,7 +109,7 @@ class PreparedViews:
 
     ``views`` holds the data of the views this client has; ``view_ids`` are their
     indices among the federation's ``n_views`` views (a client may hold a subset:
-    hybrid views, seeds 001/002).
+    hybrid views, the FMCSC and EFD-MVC papers).
     """
 
     views: tuple[np.ndarray, ...]

@@ -1,8 +1,10 @@
-"""MVKM-ED: rectified Gaussian kernel multi-view k-means (seed 003, Yang & Sinaga).
+"""MVKM-ED: rectified Gaussian kernel multi-view k-means.
+
+From "Fed-MVKM: Federated Multi-View K-Means Clustering" (Yang & Sinaga).
 
 Hard memberships from Σ_h v_h^α (1 - exp(-β_h ||x_i^h - a_k^h||^2)), centres as
 kernel-weighted means, view weights v_h ∝ cost_h^{-1/(α-1)}; β_h follows the
-author's schedule β_h^(t) = |Σ_j mean_i x_ij^h| · c / (t · n) (seed 003, L136-143).
+author's schedule β_h^(t) = |Σ_j mean_i x_ij^h| · c / (t · n) (Fed-MVKM paper's tutorial code).
 It is the engine of :mod:`fedstrata.algorithms.multiview` with δ ≡ β_h and
 argmin memberships, so its federated statistics are the same additive sums.
 """
@@ -40,7 +42,7 @@ def beta_schedule(
 
 
 class MVKMED(MultiViewEstimator):
-    """Multi-view k-means with a rectified Gaussian kernel (MVKM-ED, seed 003).
+    """Multi-view k-means with a rectified Gaussian kernel (MVKM-ED, from the Fed-MVKM paper).
 
     Parameters
     ----------

@@ -10,9 +10,9 @@ sparse (non-zero cells and margins), so memory stays ``O(n)`` even for
 all-singleton clusterings; only the Hungarian matching of the accuracy needs
 it dense.
 
-These are the indices the FedHK-MVFC paper reports (seed 004, §6.2: AR, RI,
+These are the indices the FedHK-MVFC paper reports (§6.2: AR, RI,
 NMI) plus the clustering accuracy and purity that most multi-view clustering
-papers (seeds 001 and 002) report. ``nmi``, ``ari`` and ``rand_index`` agree
+papers (FMCSC and EFD-MVC) report. ``nmi``, ``ari`` and ``rand_index`` agree
 with scikit-learn's ``normalized_mutual_info_score`` (arithmetic mean),
 ``adjusted_rand_score`` and ``rand_score``, including their conventions for
 degenerate labellings.

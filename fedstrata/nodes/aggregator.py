@@ -6,7 +6,7 @@ the deadline fires, combines them and decides to go on or stop.
 
 Middle tier (has a parent): relays the parent's model to its children, sums their
 partials and forwards one partial upwards. With ``period = k > 1`` it runs k
-aggregation rounds with its own children per parent round (HierFAVG; seed 004
+aggregation rounds with its own children per parent round (HierFAVG; FedHK-MVFC paper
 §7.3, Eq. 136-137) and forwards its subtree model as an n-weighted parameter update.
 
 Rounds never hang: a deadline ends every collection. Below the quorum the round

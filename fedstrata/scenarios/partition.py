@@ -2,7 +2,7 @@
 
 Sample partitioners return one sorted index array per client; the arrays
 are disjoint and together cover ``range(n_samples)`` (horizontal federated
-learning: same feature spaces, different samples; seed 004 §4, L399). All
+learning: same feature spaces, different samples; FedHK-MVFC paper, §4). All
 are deterministic given ``random_state`` and vectorized over samples.
 
 * :func:`iid` - uniform random split into near-equal parts;
@@ -11,8 +11,8 @@ are deterministic given ``random_state`` and vectorized over samples.
 * :func:`stratified_split` / :func:`paper_split` - per-class fractions, e.g.
   the 85 %/15 % two-client split of FedHK-MVFC §6.1.4 (Eq. 126-127);
 * :func:`hybrid_views` - which views each client holds in hybrid-view
-  federations (full-view, partial-view and single-view clients; seeds 001
-  and 002).
+  federations (full-view, partial-view and single-view clients, as in the FMCSC and EFD-MVC
+  papers).
 """
 
 from __future__ import annotations
@@ -407,7 +407,7 @@ def paper_split(labels: ArrayLike, random_state: RandomStateLike = None) -> list
     Eq. 126-127 give client 1 samples ``1..8500`` and client 2 samples
     ``8501..10000``; taken literally on cluster-ordered rows, client 2 would
     see only cluster 4, contradicting "both clients are equipped with four
-    distinct cluster types" (seed 004, L1167). Following the text's
+    distinct cluster types" (FedHK-MVFC paper, §6.1). Following the text's
     "stratified sampling" (and the authors' ``federated_data_partition.m``),
     each cluster is split 85/15 at random: on the default synthetic data
     (2500 per cluster) that is exactly 2125/375 per cluster and 8500/1500 in
@@ -472,8 +472,10 @@ def hybrid_views(
     federated multi-view clustering: full-view clients (``"all"``, every
     view), partial-view clients (``"some"``, a random proper subset of at
     least two views) and single-view clients (``"single"``, one view). FMCSC
-    (seed 001) mixes full-view and single-view clients at ratios M/S = 2:1,
-    1:1 and 1:2; EFD-MVC (seed 002, §3) adds partial-view clients.
+    ("Bridging Gaps: Federated Multi-View Clustering in Heterogeneous
+    Hybrid Views") mixes full-view and single-view clients at ratios M/S = 2:1, 1:1 and
+    1:2; EFD-MVC ("Enhanced Federated Deep Multi-View Clustering under Uncertainty
+    Scenario", §3) adds partial-view clients.
 
     The category counts are ``largest_remainder(ratios, n_clients)`` in the
     order all, some, single. Single-view clients take the views in

@@ -4,7 +4,10 @@
 ...     print(broker.url)                  # mqtt://127.0.0.1:41873
 
 The broker listens on a free local port, keeps nothing on disk (``persistence
-false``) and is always terminated when the ``with`` block ends.
+false``, unless ``persistence=True``) and is always terminated when the ``with``
+block ends. :meth:`PrivateBroker.stop` and a second :meth:`PrivateBroker.start`
+restart it on the same port (with ``persistence=True``, keeping its sessions,
+queued QoS 1 messages and retained messages across the restart).
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class PrivateBroker:
         How long to wait for the broker to accept connections.
     log_file
         Where Mosquitto writes its log; ``None`` disables logging.
+    persistence
+        Keep sessions, queued and retained messages in a file in the broker's
+        temporary folder, saved when it stops (``SIGTERM``) and read when it starts.
 
     Attributes
     ----------
@@ -106,8 +112,10 @@ class PrivateBroker:
         *,
         startup_timeout_s: float = 10.0,
         log_file: str | Path | None = None,
+        persistence: bool = False,
     ) -> None:
         self.port = port
+        self.persistence = persistence
         self.startup_timeout_s = startup_timeout_s
         self.log_file = None if log_file is None else Path(log_file)
         self._proc: subprocess.Popen[bytes] | None = None
@@ -128,7 +136,15 @@ class PrivateBroker:
 
         """
         exe = find_mosquitto()
-        self._tmp = tempfile.TemporaryDirectory(prefix="fedstrata-mosquitto-")
+        if self._proc is not None:
+            raise TransportError("this broker is already running")
+        if self._tmp is None:  # a restart keeps the folder (and the persistence file)
+            self._tmp = tempfile.TemporaryDirectory(prefix="fedstrata-mosquitto-")
+        persist = (
+            f"persistence true\npersistence_location {self._tmp.name}/\nautosave_interval 0\n"
+            if self.persistence
+            else "persistence false\n"
+        )
         for attempt in range(3):  # a free port can be taken between probe and bind
             port = self.port if self.port is not None else free_port(self.host)
             conf = Path(self._tmp.name) / "mosquitto.conf"
@@ -140,7 +156,7 @@ class PrivateBroker:
             conf.write_text(
                 f"listener {port} {self.host}\n"
                 "allow_anonymous true\n"
-                "persistence false\n"
+                f"{persist}"
                 "sys_interval 1\n"
                 "set_tcp_nodelay true\n"
                 "max_queued_messages 100000\n" + log,
@@ -187,6 +203,16 @@ class PrivateBroker:
                 err = proc.stderr.read() or b""
             proc.stderr.close()
         return err.decode("utf-8", "replace")
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop Mosquitto but keep its folder, so :meth:`start` can restart it.
+
+        ``kill=True`` sends ``SIGKILL`` (nothing is saved); otherwise ``SIGTERM``,
+        on which Mosquitto writes its persistence file.
+        """
+        if kill and self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+        self._stop_process()
 
     def close(self) -> None:
         """Terminate Mosquitto (killing it if it does not stop) and remove its config."""

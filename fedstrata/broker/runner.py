@@ -9,6 +9,16 @@ object that has a ``node_id`` and a ``handle(event) -> list[Effect]`` method.
 Clocks are wall-clock seconds since the run started (:class:`RunLog.t0`), so the
 ``now`` of every event and the ``t`` of every record mean the same as the
 simulator's virtual time.
+
+Sessions persist across reconnects (MQTT 3.1.1 ``clean_session=False``; MQTT 5
+``clean_start`` on the first connection only, with a session expiry interval), so a
+node that comes back gets the QoS 1 messages it missed while away; when the node is
+done the runner connects once more with a clean session so that no session is left
+on the broker. With a ``presence`` topic the node registers a last will there (empty
+payload, QoS 1, not retained) and publishes ``b"online"`` on every connection. A will
+arriving on a presence topic the node subscribed to is handed to it as
+:class:`~fedstrata.nodes.events.PeerLost` (a translation only; what to do about it is
+the node's business); other presence messages are not delivered.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import socket
 import time
 from collections import deque
@@ -24,6 +35,8 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from fedstrata.errors import NodeProtocolError, TransportError, ValidationError
 from fedstrata.mqtt import PROTOCOL_MQTT5, PROTOCOL_MQTT311, Will, publish_packet_size
@@ -33,6 +46,7 @@ from fedstrata.nodes.events import (
     Delivered,
     Event,
     Finished,
+    PeerLost,
     Publish,
     Record,
     SetTimer,
@@ -41,7 +55,16 @@ from fedstrata.nodes.events import (
     TimerFired,
 )
 
+#: ``fs/{run}/presence/{node}`` (see :func:`fedstrata.mqtt.presence_topic`).
+_PRESENCE = re.compile(r"^fs/[^/]+/presence/([^/]+)$")
+#: What a node publishes on its presence topic when it connects.
+ONLINE = b"online"
+#: Its last will there: an empty payload.
+OFFLINE = b""
+
 __all__ = [
+    "OFFLINE",
+    "ONLINE",
     "NodeRunner",
     "RunLog",
     "SansIONode",
@@ -133,7 +156,10 @@ class Traffic:
 
     ``payload_bytes_*`` sum the application payloads, ``packet_bytes_*`` the MQTT
     PUBLISH packets carrying them (:func:`fedstrata.mqtt.publish_packet_size`);
-    *out* is node → broker, *in* is broker → node.
+    *out* is node → broker, *in* is broker → node. ``connects`` counts the
+    connections that were opened (``reconnects`` those after the first), ``clears``
+    the final clean connection that removes the session; presence messages are
+    counted in ``presence_publishes`` and ``presence_bytes_out`` only.
     """
 
     publishes: int = 0
@@ -145,6 +171,14 @@ class Traffic:
     compute_flops: float = 0.0
     connects: int = 0
     timers_fired: int = 0
+    presence_publishes: int = 0
+    presence_bytes_out: int = 0
+    clears: int = 0
+
+    @property
+    def reconnects(self) -> int:
+        """Connections opened after the first one."""
+        return max(0, self.connects - 1)
 
 
 @dataclass
@@ -172,10 +206,11 @@ class RunLog:
 class _Lost:
     """Inbox marker: the connection the reader was reading from failed."""
 
-    __slots__ = ("error",)
+    __slots__ = ("client", "error")
 
-    def __init__(self, error: BaseException) -> None:
+    def __init__(self, error: BaseException, client: aiomqtt.Client) -> None:
         self.error = error
+        self.client = client
 
 
 class NodeRunner:
@@ -196,11 +231,21 @@ class NodeRunner:
     protocol
         4 (MQTT 3.1.1, default) or 5 (MQTT 5.0).
     will
-        Last-will message the broker publishes if this node vanishes.
+        Last-will message the broker publishes if this node vanishes (default: an
+        empty, non-retained QoS 1 message on ``presence``, if given).
+    presence
+        The node's presence topic (:func:`fedstrata.mqtt.presence_topic`): ``b"online"``
+        is published there (QoS 1, not retained) on every connection.
     clean_session
         MQTT 3.1.1 clean-session flag; ``False`` (default) keeps the session's
         subscriptions and queued QoS 1 messages across a reconnect. With MQTT 5 the
         session is clean on the first connection only.
+    session_expiry_s
+        MQTT 5 session expiry interval: how long the broker keeps the session of a
+        node that went away.
+    clear_session
+        Whether to end with a clean connection that removes the session from the
+        broker (default ``True``) once the node finished or the runner stops.
     max_attempts
         Connection attempts in a row before the node gives up (records
         ``transport_failed`` and stops).
@@ -233,8 +278,11 @@ class NodeRunner:
         client_id: str | None = None,
         protocol: int = PROTOCOL_MQTT311,
         will: Will | None = None,
+        presence: str | None = None,
         clean_session: bool = False,
-        max_attempts: int = 5,
+        session_expiry_s: int = 300,
+        clear_session: bool = True,
+        max_attempts: int = 8,
         backoff_s: float = 0.1,
         backoff_max_s: float = 2.0,
         keepalive: int = 30,
@@ -248,8 +296,13 @@ class NodeRunner:
         self.client_id = client_id or self.node_id
         self.protocol = protocol
         self._version = _protocol_version(protocol)
+        if will is None and presence is not None:
+            will = Will(presence, OFFLINE, qos=1, retain=False)
         self.will = will
+        self.presence = presence
         self.clean_session = clean_session
+        self.session_expiry_s = int(session_expiry_s)
+        self.clear_session = clear_session
         self.max_attempts = max(1, int(max_attempts))
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
@@ -265,6 +318,9 @@ class NodeRunner:
         self._inbox: asyncio.Queue[Any] | None = None
         self._started = False
         self._jitter = random.Random()
+        self._client_now: aiomqtt.Client | None = None
+        self._aborted = False
+        self._lost_at: float | None = None
 
     # -- public ------------------------------------------------------------------------
 
@@ -279,11 +335,17 @@ class NodeRunner:
         self._inbox = asyncio.Queue()
         failures = 0
         try:
-            while not self.finished:
+            while not self.finished and not self._aborted:
                 try:
                     await self._session()
                     failures = 0
                 except (aiomqtt.MqttError, OSError) as exc:
+                    if self._aborted:
+                        break
+                    if self._lost_at is None:
+                        self._lost_at = self.log.now()
+                        if self._started:
+                            self._record("transport_lost", {"node": self.node_id})
                     failures += 1
                     if failures >= self.max_attempts:
                         self._give_up(exc, failures)
@@ -294,21 +356,48 @@ class NodeRunner:
             for _, handle in self._timers.values():
                 handle.cancel()
             self._timers.clear()
+            if self.clear_session and self.finished and not self._aborted:
+                # leave no session behind on a shared broker. Only after a normal finish:
+                # a connect attempted inside a cancelled task can swallow the
+                # cancellation and hang the run's shutdown (seen with aiomqtt).
+                with contextlib.suppress(aiomqtt.MqttError, OSError, TimeoutError):
+                    async with asyncio.timeout(2.0):
+                        await self._clear()
         return self.result
+
+    def abort(self) -> None:
+        """Crash on purpose (fault injection): drop the connection and stop.
+
+        The TCP connection is shut down without an MQTT DISCONNECT, so the broker
+        publishes the will; the runner neither reconnects nor clears the session, and
+        :meth:`run` returns ``None``.
+        """
+        self._aborted = True
+        client = self._client_now
+        if client is None:
+            return
+        sock = client._client.socket()  # paho's socket: no public handle
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     # -- connection --------------------------------------------------------------------
 
-    def _client(self) -> aiomqtt.Client:
+    def _client(self, *, clear: bool = False) -> aiomqtt.Client:
         will = None
-        if self.will is not None:
+        if self.will is not None and not clear:
             will = aiomqtt.Will(
                 self.will.topic, self.will.payload, qos=self.will.qos, retain=self.will.retain
             )
         kwargs: dict[str, Any] = {}
         if self._version is aiomqtt.ProtocolVersion.V5:
-            kwargs["clean_start"] = not self._started
+            kwargs["clean_start"] = clear or not self._started
+            if not clear:  # no expiry property: the session ends with the connection
+                props = Properties(PacketTypes.CONNECT)
+                props.SessionExpiryInterval = self.session_expiry_s
+                kwargs["properties"] = props
         else:
-            kwargs["clean_session"] = self.clean_session
+            kwargs["clean_session"] = clear or self.clean_session
         return aiomqtt.Client(
             self.hostname,
             self.port,
@@ -326,9 +415,27 @@ class NodeRunner:
         """One connection: run until the node finishes or the connection fails."""
         assert self._inbox is not None
         async with self._client() as client:
+            self._client_now = client
             self.traffic.connects += 1
             reader = asyncio.create_task(self._read(client), name=f"read-{self.node_id}")
             try:
+                if self._lost_at is not None:
+                    now = self.log.now()
+                    self._record(
+                        "transport_reconnect",
+                        {
+                            "node": self.node_id,
+                            "outage_s": now - self._lost_at,
+                            "connects": self.traffic.connects,
+                        },
+                    )
+                    self._lost_at = None
+                if self.presence is not None:
+                    await client.publish(self.presence, ONLINE, qos=1, retain=False)
+                    self.traffic.presence_publishes += 1
+                    self.traffic.presence_bytes_out += publish_packet_size(
+                        self.presence, len(ONLINE), 1, protocol=self.protocol
+                    )
                 if not self._started:
                     self._started = True
                     self._feed(Started(now=self.log.now()))
@@ -336,16 +443,28 @@ class NodeRunner:
                     for pattern, qos in self._subs.items():
                         await client.subscribe(pattern, qos)
                 await self._drain(client)
-                while not self.finished:
+                while not self.finished and not self._aborted:
                     item = await self._inbox.get()
                     if isinstance(item, _Lost):
-                        raise item.error
+                        if item.client is client:
+                            raise item.error
+                        continue  # left over from a connection that is already gone
                     self._dispatch(item)
                     await self._drain(client)
             finally:
+                self._client_now = None
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
                     await reader
+
+    async def _clear(self) -> None:
+        """Connect with a clean session and no will, then disconnect.
+
+        The broker forgets this client's session (MQTT 3.1.1 §3.1.2.4, MQTT 5
+        §3.1.2.4 and §3.1.2.11.2).
+        """
+        async with self._client(clear=True):
+            self.traffic.clears += 1
 
     async def _read(self, client: aiomqtt.Client) -> None:
         assert self._inbox is not None
@@ -358,7 +477,7 @@ class NodeRunner:
                     payload = b"" if payload is None else str(payload).encode("utf-8")
                 self._inbox.put_nowait(("msg", msg.topic.value, payload, msg.qos))
         except aiomqtt.MqttError as exc:
-            self._inbox.put_nowait(_Lost(exc))
+            self._inbox.put_nowait(_Lost(exc, client))
 
     def _give_up(self, exc: BaseException, attempts: int) -> None:
         detail = str(exc).strip() or type(exc).__name__
@@ -378,7 +497,11 @@ class NodeRunner:
             self.traffic.payload_bytes_in += len(payload)
             self.traffic.packet_bytes_in += size
             self.log.add_bytes(self.tier, size)
-            self._feed(Delivered(now=self.log.now(), topic=topic, payload=payload))
+            presence = _PRESENCE.match(topic)
+            if presence is None:
+                self._feed(Delivered(now=self.log.now(), topic=topic, payload=payload))
+            elif payload == OFFLINE:  # a will: the peer went away without a DISCONNECT
+                self._feed(PeerLost(now=self.log.now(), node_id=presence.group(1)))
         elif item[0] == "timer":
             _, name, token = item
             live = self._timers.get(name)

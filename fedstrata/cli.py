@@ -1,4 +1,4 @@
-"""The ``fedstrata`` command line: cluster, validate, run.
+"""The ``fedstrata`` command line: cluster, validate, run, compare, broker config.
 
 Every :class:`~fedstrata.errors.FedstrataError` becomes one clear line on stderr
 and a non-zero exit code; a Python traceback reaching a user is a bug.
@@ -279,6 +279,147 @@ def _run_mqtt(
     out.print(f"record: {out_dir}", highlight=False, markup=False)
     if summary["status"] == "interrupted":
         raise typer.Exit(130)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+@app.command()
+def compare(
+    run_a: Path = typer.Argument(..., metavar="DIR_A", help="A run folder."),
+    run_b: Path = typer.Argument(..., metavar="DIR_B", help="Another run folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Compare two run records (any transports) side by side, from their files alone."""
+    from fedstrata.analysis.compare import NotARunFolderError, RecordError, compare_runs
+
+    try:
+        cmp = compare_runs(run_a, run_b)
+    except NotARunFolderError as exc:
+        raise _fail(str(exc), 2) from None
+    except RecordError as exc:
+        raise _fail(str(exc), 1) from None
+    if as_json:
+        out.print_json(json.dumps(cmp))
+        return
+    from rich.table import Table
+
+    out.print(f"A: {cmp['a']}\nB: {cmp['b']}", markup=False, highlight=False)
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("field", no_wrap=True)
+    table.add_column("A", overflow="fold")
+    table.add_column("B", overflow="fold")
+    table.add_column("", no_wrap=True)
+    for row in cmp["rows"]:
+        table.add_row(
+            row["field"], _cell(row["a"]), _cell(row["b"]), "" if row["same"] else "differs"
+        )
+    lab = cmp["labels"]
+    table.add_row(
+        "labels.csv",
+        f"{lab['rows_a']:,} rows",
+        f"{lab['rows_b']:,} rows",
+        "identical" if lab["identical"] else f"{lab['differing_rows']:,} rows differ",
+    )
+    out.print(table, markup=False, highlight=False)
+
+
+broker_app = typer.Typer(
+    help="Broker helpers for real deployments.", no_args_is_help=True, rich_markup_mode=None
+)
+app.add_typer(broker_app, name="broker")
+
+
+@broker_app.command("config")
+def broker_config(
+    site: str = typer.Option(..., "--site", help="The site: the node id of its aggregator."),
+    out_file: Path = typer.Option(..., "--out", help="The mosquitto.conf to write."),
+    port: int = typer.Option(1883, "--port", min=1, max=65535, help="Listener port."),
+    bind: str | None = typer.Option(None, "--bind", help="Listen on this address only."),
+    scenario: Path | None = typer.Option(
+        None, "--scenario", help="Scenario whose topology gives each node's parent (ACL)."
+    ),
+    tls_ca: Path | None = typer.Option(None, "--tls-ca", help="CA certificate (PEM)."),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="Server certificate (PEM)."),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="Server key (PEM)."),
+    password_file: Path | None = typer.Option(
+        None, "--password-file", help="A mosquitto_passwd file (user = node id)."
+    ),
+    bridge_to: str | None = typer.Option(
+        None, "--bridge-to", metavar="HOST:PORT", help="Bridge this site to the cloud broker."
+    ),
+    bridge_run: str = typer.Option(
+        "+", "--bridge-run", help="Bridge only this run id [default: any run]."
+    ),
+    monitor_user: str | None = typer.Option(
+        None, "--monitor-user", help="A user allowed to read $SYS/# (broker counters)."
+    ),
+) -> None:
+    """Write a Mosquitto config for one site, and its ACL file next to it (FILE.acl)."""
+    from fedstrata.broker.config import acl_text, bridge_text, mosquitto_conf
+    from fedstrata.errors import ValidationError
+
+    parents = tier_of = None
+    cloud_id = None
+    if scenario is not None:
+        from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
+        from fedstrata.scenarios.preflight import wire_topology
+
+        try:
+            sc = load_scenario(scenario)
+        except ScenarioErrors as exc:
+            for e in exc.errors:
+                err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
+            raise typer.Exit(1) from None
+        wiring = wire_topology(sc)
+        parents, tier_of = dict(wiring.parents), dict(wiring.tier_of)
+        cloud_id = sc.topology.cloud_id
+        if parents.get(site) != cloud_id:
+            cloud_id = None  # not a fog site under the cloud: bridge the whole run
+    acl_path = out_file.with_suffix(".acl")
+    if acl_path == out_file:
+        acl_path = out_file.with_name(out_file.name + ".acl")
+    try:
+        bridge = None
+        if bridge_to is not None:
+            bridge = bridge_text(site, bridge_to, run=bridge_run, cloud_id=cloud_id)
+        conf = mosquitto_conf(
+            site,
+            port=port,
+            bind=bind,
+            acl_file=acl_path.resolve(),
+            password_file=None if password_file is None else password_file.resolve(),
+            tls_ca=None if tls_ca is None else tls_ca.resolve(),
+            tls_cert=None if tls_cert is None else tls_cert.resolve(),
+            tls_key=None if tls_key is None else tls_key.resolve(),
+            bridge=bridge,
+        )
+        acl = acl_text(parents, tier_of, site=site, monitor_user=monitor_user)
+    except ValidationError as exc:
+        raise _fail(str(exc), 2) from None
+    try:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        acl_path.write_text(acl, encoding="utf-8")
+        out_file.write_text(conf, encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write {out_file}: {exc}", 1) from None
+    out.print(f"wrote {out_file} and {acl_path}", highlight=False, markup=False)
+    if parents is None:
+        err.print(
+            "warning: no --scenario: the ACL has only the pattern rules, so no client "
+            "may publish its updates yet",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _terminate_like_ctrl_c() -> None:

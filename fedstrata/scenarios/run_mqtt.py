@@ -19,7 +19,9 @@ Differences from a simulated run:
 * the run id (the second topic level) is the scenario's name plus ``-`` and 8 random
   hex digits, so runs on a shared broker never mix; it is ``run_id`` in the summary;
 * losses, retransmissions and QoS 1 redeliveries happen inside the MQTT client and
-  broker and are not observable: those counters are ``null``.
+  broker and are not observable: those counters are ``null``;
+* ``broker_sys`` holds the broker's own ``$SYS`` byte and message counters over the
+  run (:mod:`fedstrata.broker.sysstats`), or is ``null`` with ``broker_sys_reason``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from typing import Any
 from fedstrata.algorithms.multiview import prepare_views
 from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.broker.runner import NodeRunner, RunLog, parse_broker_url, probe_broker
-from fedstrata.mqtt import PROTOCOL_MQTT311, Will, presence_topic
+from fedstrata.broker.sysstats import SYS_NOTE, BackgroundSysMonitor
+from fedstrata.mqtt import PROTOCOL_MQTT311, presence_topic
 from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.run import (
@@ -89,7 +92,7 @@ def _make_runners(
             log=log,
             client_id=f"fs-{run}-{nid}",
             protocol=protocol,
-            will=Will(presence_topic(run, nid), b"", qos=1),
+            presence=presence_topic(run, nid),  # last will there, b"online" on connect
         )
         for nid, ns in fed.sim.engine.nodes.items()
     }
@@ -130,6 +133,7 @@ def mqtt_run(
     seed: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     protocol: int = PROTOCOL_MQTT311,
+    sys_stats: bool = True,
 ) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
     """Run ``sc`` over the broker at ``host:port``; return the federation, summary and rows.
 
@@ -137,12 +141,20 @@ def mqtt_run(
     reachable (see :func:`~fedstrata.broker.runner.probe_broker`); a node that loses
     it for good records ``transport_failed`` and the run ends ``stalled`` unless the
     root finished. A ``KeyboardInterrupt`` ends the run with status ``interrupted``
-    (not re-raised), as in the simulator.
+    (not re-raised), as in the simulator. With ``sys_stats`` the broker's ``$SYS``
+    counters are read before and after the nodes run (up to 1 s more at each end).
     """
+    # the first reading waits for the broker's next $SYS update: meanwhile, build
+    monitor = BackgroundSysMonitor(host, port).start() if sys_stats else None
     if seed is not None:
         sc = sc.model_copy(update={"seed": seed})
     run_id = f"{sc.name}-{secrets.token_hex(4)}"
-    fed = build_federation(sc.model_copy(update={"name": run_id}))
+    try:
+        fed = build_federation(sc.model_copy(update={"name": run_id}))
+    except BaseException:
+        if monitor is not None:
+            monitor.stop(read=False)
+        raise
     fed.scenario = sc
     caught: dict[str, int] = {}
     with warnings.catch_warnings():
@@ -153,9 +165,23 @@ def mqtt_run(
         log, runners = _make_runners(fed, host, port, protocol)
         interrupted = timed_out = False
         try:
+            if monitor is not None:
+                monitor.wait_ready()
             timed_out, wall = asyncio.run(_run_nodes(fed, log, runners, timeout_s))
         except KeyboardInterrupt:  # every node task was cancelled and disconnected
             interrupted, wall = True, log.now()
+        finally:
+            if monitor is not None:
+                monitor.stop(read=not interrupted)
+    broker_sys = None if monitor is None or interrupted else monitor.monitor.deltas()
+    if broker_sys is not None:
+        broker_sys["note"] = SYS_NOTE
+    if monitor is None:
+        broker_sys_reason = "not read (sys_stats off)"
+    elif interrupted:
+        broker_sys_reason = "not read: the run was interrupted"
+    else:
+        broker_sys_reason = monitor.monitor.reason
     records = log.records
     results = {nid: r.result for nid, r in runners.items() if r.finished}
     fed.sim.records.clear()  # the simulator never ran: its records stay empty
@@ -199,6 +225,7 @@ def mqtt_run(
                 "payload_bytes_down": 0,
                 "messages_up": 0,
                 "messages_down": 0,
+                "reconnects": 0,
             },
         )
         t = r.traffic
@@ -207,6 +234,7 @@ def mqtt_run(
         row["delivered"] += t.delivered
         row["messages_up"] += t.publishes
         row["messages_down"] += t.delivered
+        row["reconnects"] += t.reconnects
         row["bytes_up"] += t.packet_bytes_out
         row["bytes_down"] += t.packet_bytes_in
         row["payload_bytes_up"] += t.payload_bytes_out
@@ -260,6 +288,8 @@ def mqtt_run(
         "metrics_reason": metrics_reason,
         "clients": len(fed.client_indices),
         "per_tier": per_tier,
+        "broker_sys": broker_sys,
+        "broker_sys_reason": broker_sys_reason,
         "warnings": notes,
         "failed_rounds": sum(
             1 for r in rows if r.get("tier") == "cloud" and r.get("phase") == "iter" and not r["ok"]

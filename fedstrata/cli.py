@@ -217,25 +217,14 @@ def run(
         command=["fedstrata", *sys.argv[1:]],
     )
     _print_warnings(summary)
-    m = summary["metrics"]
-    out.print(
-        f"[bold]{sc.name}[/]: {summary['status']} after {summary['rounds']} rounds "
-        f"({summary['reason']})",
-        highlight=False,
-    )
-    out.print(
+    _print_outcome(
+        sc.name,
+        summary,
+        out_dir,
         f"{summary['bytes_total']:,} bytes, {summary['messages']:,} messages "
         f"({summary['messages_dropped']:,} dropped), virtual {summary['virtual_time_s']:.6g} s, "
         f"wall {summary['wall_time_s']:.2f} s",
-        highlight=False,
     )
-    if m["ari"] is None:
-        out.print(f"metrics: none ({summary['metrics_reason']})", highlight=False)
-    else:
-        out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}", highlight=False)
-    out.print(f"record: {out_dir}", highlight=False, markup=False)
-    if summary["status"] == "interrupted":
-        raise typer.Exit(130)
 
 
 def _run_mqtt(
@@ -261,24 +250,13 @@ def _run_mqtt(
         plots=plots,
     )
     _print_warnings(summary)
-    m = summary["metrics"]
-    out.print(
-        f"[bold]{sc.name}[/]: {summary['status']} after {summary['rounds']} rounds "
-        f"({summary['reason']})",
-        highlight=False,
-    )
-    out.print(
+    _print_outcome(
+        sc.name,
+        summary,
+        out_dir,
         f"{summary['bytes_total']:,} bytes, {summary['messages']:,} messages over "
         f"{summary['broker']} (run id {summary['run_id']}), wall {summary['wall_time_s']:.2f} s",
-        highlight=False,
     )
-    if m["ari"] is None:
-        out.print(f"metrics: none ({summary['metrics_reason']})", highlight=False)
-    else:
-        out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}", highlight=False)
-    out.print(f"record: {out_dir}", highlight=False, markup=False)
-    if summary["status"] == "interrupted":
-        raise typer.Exit(130)
 
 
 def _cell(value: Any) -> str:
@@ -420,6 +398,24 @@ def broker_config(
             highlight=False,
             markup=False,
         )
+
+
+def _print_outcome(name: str, summary: dict[str, Any], out_dir: Path, traffic: str) -> None:
+    """Print how a run ended, its traffic line and metrics; exit 130 if interrupted."""
+    m = summary["metrics"]
+    out.print(
+        f"[bold]{name}[/]: {summary['status']} after {summary['rounds']} rounds "
+        f"({summary['reason']})",
+        highlight=False,
+    )
+    out.print(traffic, highlight=False)
+    if m["ari"] is None:
+        out.print(f"metrics: none ({summary['metrics_reason']})", highlight=False)
+    else:
+        out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}", highlight=False)
+    out.print(f"record: {out_dir}", highlight=False, markup=False)
+    if summary["status"] == "interrupted":
+        raise typer.Exit(130)
 
 
 def _terminate_like_ctrl_c() -> None:

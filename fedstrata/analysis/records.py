@@ -60,6 +60,20 @@ ROUND_COLUMNS = (
     "ari",
     "nmi",
     "acc",
+    *(
+        PROTOCOL_COLUMNS := (
+            "staleness_max",
+            "staleness_mean",
+            "stale_used",
+            "plan_quorum",
+            "plan_compression",
+            "plan_cost",
+            "net_delay_median_s",
+            "net_delay_p90_s",
+            "net_loss_mean",
+            "net_children_seen",
+        )
+    ),
 )
 
 #: Every file a run may write into its folder; ``--overwrite`` replaces only these.
@@ -315,4 +329,5 @@ def aggregate_row(rec: Mapping[str, Any]) -> dict[str, Any]:
         "ok": f["ok"],
         "bytes": sum(rec["wire_bytes"].values()),
         "virtual_time_s": round(rec["t"], 9),
+        **{k: f[k] for k in PROTOCOL_COLUMNS if k in f},
     }

@@ -199,6 +199,7 @@ def build_node(
         deadline_s=deadline,
         quorum=sc.protocol.quorum,
         period=period,
+        clients_below=set(children) <= set(wiring.clients),
     )
     role: Role = "root" if parent is None else "aggregator"
     return DeviceNode(agg, role, tier, parent, tuple(sorted(children)))

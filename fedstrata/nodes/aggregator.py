@@ -30,12 +30,9 @@ from typing import Any
 import numpy as np
 
 from fedstrata import wire
-from fedstrata.algorithms.combine import ParamUpdate, has_converged
-from fedstrata.algorithms.multiview import MultiViewModel, State, objective, state_from_statistics
-from fedstrata.algorithms.schedules import scheduled_scale
-from fedstrata.algorithms.seeding import reduce_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.mqtt import down_topic, up_topic
+from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
     CancelTimer,
@@ -51,19 +48,10 @@ from fedstrata.nodes.events import (
     Subscribe,
     TimerFired,
 )
-from fedstrata.nodes.messages import (
-    Shape,
-    check_partial,
-    merge_reference_bodies,
-    params_partial,
-    read_candidates,
-    read_references,
-    read_state,
-    solve_params,
-    state_body,
-    sum_partials,
-    to_stats,
-)
+from fedstrata.nodes.messages import Shape
+from fedstrata.protocols import strategy_for
+from fedstrata.protocols.strategy import Closing, Contribution, Strategy
+from fedstrata.protocols.sync import SyncRounds
 
 __all__ = ["AggregatorNode", "AggregatorState", "RunStatus"]
 
@@ -90,12 +78,6 @@ class RunStatus(StrEnum):
     INTERRUPTED = "interrupted"
 
 
-def _finite_state(state: State) -> bool:
-    return bool(
-        all(np.isfinite(c).all() for c in state.centers) and np.isfinite(state.view_weights).all()
-    )
-
-
 class AggregatorNode:
     """Aggregator at any tier.
 
@@ -110,18 +92,26 @@ class AggregatorNode:
     parent
         Its parent's address, or None for the root.
     model, shape
-        Clustering hyper-parameters and message sizes.
+        The algorithm's hyper-parameters and message sizes; the plug-in is looked up
+        with :func:`~fedstrata.nodes.algorithm.algorithm_for` unless ``algorithm`` is
+        given.
     protocol
-        Protocol settings.
+        Protocol settings; ``protocol.kind`` picks the strategy unless ``strategy``
+        is given.
     deadline_s
         How long to collect after broadcasting a model.
     quorum
-        Fraction of children needed for a round to count when the deadline fires.
+        Fraction of the wanted children needed for a round to count.
     period
         Middle tier only: aggregation rounds with its children per parent round.
     init_state
         Root only: a fixed initial state (otherwise taken from the setup round:
         the initialisation of the client with the most samples).
+    algorithm, strategy
+        The algorithm plug-in and the protocol strategy (built from ``model`` and
+        ``protocol`` when omitted).
+    clients_below
+        Whether its children are edge clients (client sampling applies there).
     """
 
     def __init__(
@@ -131,13 +121,16 @@ class AggregatorNode:
         tier: str,
         children: Sequence[str],
         parent: Address | None,
-        model: MultiViewModel,
+        model: Any,
         shape: Shape,
         protocol: ProtocolConfig,
         deadline_s: float,
         quorum: float = 1.0,
         period: int = 1,
-        init_state: State | None = None,
+        init_state: Any | None = None,
+        algorithm: Algorithm | None = None,
+        strategy: Strategy | None = None,
+        clients_below: bool = True,
     ) -> None:
         if not children:
             raise NodeProtocolError(f"aggregator {node_id} has no children")
@@ -153,13 +146,32 @@ class AggregatorNode:
         self.shape = shape
         self.protocol = protocol
         self.deadline_s = deadline_s
+        self.quorum = quorum
         self.need = max(1, math.ceil(quorum * len(self.children)))
         self.period = period
+        self.algorithm = algorithm or algorithm_for(model, protocol, shape)
+        seed = zlib.crc32(node_id.encode())
+        self.strategy = strategy or strategy_for(
+            protocol,
+            sorted(self.children),
+            quorum=quorum,
+            seed=seed,
+            root=parent is None,
+            deadline_s=deadline_s,
+            clients_below=clients_below,
+        )
+        self.clients_below = clients_below
+        if not self.algorithm.additive and self.strategy.kind in ("async", "buffered"):
+            raise NodeProtocolError(
+                f"protocol kind {self.strategy.kind!r} mixes additive partials; "
+                f"{self.algorithm.name} is not additive"
+            )
+        self._setup_rounds = SyncRounds(sorted(self.children), quorum=quorum, seed=seed)
         self.state = AggregatorState.NEW
         self.global_state = init_state
         self._fixed_init = init_state is not None
-        self.refs: dict[str, Any] | None = None
-        self.round = -1  # envelope round being collected
+        self.extras: dict[str, Any] = {}
+        self.round = -1  # envelope round (model version) being collected
         self.sub = 0
         self.phase = ""
         self.iterations = 0
@@ -171,10 +183,12 @@ class AggregatorNode:
         self._plateaued = False
         self._failed_streak = 0  # consecutive root rounds below quorum
         self._successes = 0  # root iterations that updated the model
-        self._received: dict[str, dict[str, Any]] = {}
+        self._seen_updates: set[tuple[str, int, int]] = set()
+        self._got = 0  # valid replies in the round being collected
         self._seen_models: set[tuple[int, int]] = set()
+        self._now = 0.0
         self.result: dict[str, Any] | None = None
-        self._rng = np.random.default_rng(zlib.crc32(node_id.encode()))
+        self._rng = np.random.default_rng(seed)
         self._topics = (
             up_topic(protocol.run, tier, node_id),
             down_topic(protocol.run, tier, node_id),
@@ -186,11 +200,25 @@ class AggregatorNode:
         """Whether this aggregator has no parent."""
         return self.parent is None
 
+    @property
+    def refs(self) -> dict[str, Any] | None:
+        """The extra body fields every model carries after setup (None before)."""
+        return self.extras or None
+
+    @property
+    def received(self) -> frozenset[str]:
+        """Children whose reply the round being collected holds (synchronous rounds)."""
+        rounds = self._rounds()
+        return rounds.received if isinstance(rounds, SyncRounds) else frozenset()
+
     def _up(self) -> str:
         return self._topics[0]
 
     def _down(self) -> str:
         return self._topics[1]
+
+    def _rounds(self) -> Strategy:
+        return self._setup_rounds if self.phase == "setup" else self.strategy
 
     # -- entry point -----------------------------------------------------------------
 
@@ -198,6 +226,7 @@ class AggregatorNode:
         """Consume one event and return the effects to carry out."""
         if self.state is AggregatorState.ERROR:
             raise NodeProtocolError(f"{type(event).__name__} not allowed in state ERROR")
+        self._now = event.now
         if isinstance(event, Started):
             if self.state is not AggregatorState.NEW:
                 raise NodeProtocolError("Started not allowed after start")
@@ -225,7 +254,7 @@ class AggregatorNode:
             try:
                 env = wire.decode(event.payload)
                 if event.topic == self._up():
-                    return self._on_update(env)
+                    return self._on_update(env, len(event.payload))
                 return self._on_parent_model(env)
             except WireError as exc:
                 return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
@@ -233,21 +262,30 @@ class AggregatorNode:
 
     # -- broadcasting ----------------------------------------------------------------
 
-    def _model_body(self, phase: str, state: State | None, sub: int = 0) -> dict[str, Any]:
+    def _model_body(self, phase: str, state: Any | None, sub: int = 0) -> dict[str, Any]:
         body: dict[str, Any] = {"phase": phase}
         if sub:
             body["sub"] = sub
         if state is not None:
-            if self.is_root and phase == "iter":  # the scale of the iteration it is for
-                state = self._scheduled(state, self._successes + 1)
-            body.update(state_body(state))
-        if self.refs is not None and phase != "setup":
-            body.update(self.refs)
+            if self.is_root and phase == "iter":  # the schedule of the iteration it is for
+                state = self.algorithm.at_iteration(state, self._successes + 1, self.extras)
+            body.update(self.algorithm.model_body(state, {} if phase == "setup" else self.extras))
         return body
 
     def _broadcast(
         self, round_: int, body: dict[str, Any], *, collect: bool = True
     ) -> list[Effect]:
+        if collect:
+            self.round = round_
+            self.sub = int(body.get("sub", 0))
+            self.phase = str(body["phase"])
+            self._got = 0
+            ask, extra = self._rounds().open(round_, self._now)
+            body = {k: v for k, v in body.items() if k != "ask"}
+            body.update(extra)
+            if ask is not None:
+                body["ask"] = ask
+            self.state = AggregatorState.COLLECTING
         env = wire.Envelope(
             kind="model",
             run=self.protocol.run,
@@ -262,109 +300,94 @@ class AggregatorNode:
             )
         ]
         if collect:
-            self.round = round_
-            self.sub = int(body.get("sub", 0))
-            self.phase = str(body["phase"])
-            self._received = {}
-            self.state = AggregatorState.COLLECTING
             effects.append(SetTimer(name=_DEADLINE, delay_s=self.deadline_s))
         return effects
 
     def _start(self) -> list[Effect]:
-        if self.protocol.kernel_scope == "global" or not self._fixed_init:
+        if self.algorithm.needs_setup(self._fixed_init):
             return self._broadcast(0, self._model_body("setup", None))
         return self._broadcast(1, self._model_body("iter", self.global_state))
 
     # -- collecting ------------------------------------------------------------------
 
-    def _on_update(self, env: wire.Envelope) -> list[Effect]:
+    def _on_update(self, env: wire.Envelope, nbytes: int) -> list[Effect]:
         fields = {"node": self.node_id, "sender": env.sender, "round": env.round}
         if env.kind != "update":
             raise WireError(f"expected an update on {self._up()}, got {env.kind!r}")
         if env.sender not in self.children:
             return [Record(kind="foreign", fields=fields)]
         sub = env.body.get("sub", 0)
-        if self.state is not AggregatorState.COLLECTING or (env.round, sub) != (
-            self.round,
-            self.sub,
+        staleness = self.round - env.round
+        rounds = self._rounds()
+        if (
+            self.state is not AggregatorState.COLLECTING
+            or sub != self.sub
+            or not rounds.accepts(staleness)
         ):
             return [Record(kind="late", fields=fields)]
-        if env.sender in self._received:
+        key = (env.sender, env.round, sub if isinstance(sub, int) else -1)
+        if key in self._seen_updates:
             return [Record(kind="duplicate", fields=fields)]
         body = env.body
         if self.phase == "setup":
-            if body.get("mode") != "setup":
-                raise WireError("expected a setup reply")
-            read_references(body, self.shape)
-            read_candidates(body, self.shape)
+            self.algorithm.check_setup(body)
         else:
-            check_partial(body, self.shape)  # once, before it can poison a sum
-        self._received[env.sender] = body
-        if len(self._received) == len(self.children):
-            return [CancelTimer(name=_DEADLINE), *self._close()]
+            self.algorithm.check_partial(body)  # once, before it can poison a sum
+        self._seen_updates.add(key)
+        self._got += 1
+        done = rounds.offer(Contribution(env.sender, body, env.round, staleness, self._now, nbytes))
+        if done:
+            return [CancelTimer(name=_DEADLINE), *self._close(deadline=False)]
         return []
 
     def _on_deadline(self) -> list[Effect]:
         if self.state is not AggregatorState.COLLECTING:
             return []
-        return self._close()
+        return self._close(deadline=True)
 
-    def _close(self) -> list[Effect]:
-        got = len(self._received)
-        ok = got >= self.need
-        head: list[Effect] = [
-            Record(
-                kind="aggregate",
-                fields={
-                    "node": self.node_id,
-                    "tier": self.tier,
-                    "round": self.round,
-                    "sub": self.sub,
-                    "phase": self.phase,
-                    "participants": got,
-                    "expected": len(self.children),
-                    "ok": ok,
-                },
-            )
-        ]
+    def _close(self, *, deadline: bool) -> list[Effect]:
+        rounds = self._rounds()
+        if self.phase == "setup":
+            closing = self._close_setup(deadline)
+        else:
+            with np.errstate(all="ignore"):  # overflow is detected later, not warned about
+                try:
+                    closing = rounds.close(self.algorithm, deadline=deadline)
+                except WireError:
+                    closing = Closing(None, self._got, 1)
+        fields = {
+            "node": self.node_id,
+            "tier": self.tier,
+            "round": self.round,
+            "sub": self.sub,
+            "phase": self.phase,
+            "participants": closing.fresh,
+            "expected": len(rounds.asked),
+            "ok": closing.ok,
+            **closing.fields,
+        }
+        head: list[Effect] = [Record(kind="aggregate", fields=fields)]
         if self.is_root:
-            return head + self._root_close(ok)
-        return head + self._middle_close(ok)
+            return head + self._root_close(closing)
+        return head + self._middle_close(closing)
+
+    def _close_setup(self, deadline: bool) -> Closing:
+        bodies = self._setup_rounds.take()
+        got = [bodies[k] for k in sorted(bodies)]
+        need = self.need
+        if not got:
+            return Closing(None, 0, need)
+        return Closing(self.algorithm.merge_setup(got, self._rng), len(got), need)
 
     # -- root ------------------------------------------------------------------------
 
-    def _merge_setup(self, bodies: list[dict[str, Any]]) -> dict[str, Any]:
-        merged: dict[str, Any] = {"mode": "setup", "n": sum(int(b.get("n", 0)) for b in bodies)}
-        merged.update(merge_reference_bodies(bodies, self.shape))
-        cands = [c for c in (read_candidates(b, self.shape) for b in bodies) if c is not None]
-        if cands:
-            views = [np.vstack([c[0][h] for c in cands]) for h in range(self.shape.n_views)]
-            weights = np.concatenate([c[1] for c in cands])
-            centers, w = reduce_candidates(views, weights, self.shape.n_clusters, self._rng)
-            merged["init"], merged["init_w"] = centers, w
-        return merged
-
-    def _ordered(self) -> list[dict[str, Any]]:
-        return [self._received[k] for k in sorted(self._received)]  # deterministic sums
-
-    def _scheduled(self, state: State, t: int) -> State:
-        """``state`` with the model's view scale of iteration ``t`` (MVKM-ED's β).
-
-        Only the root knows the iteration count and the pooled references; the
-        algorithm (:func:`~fedstrata.algorithms.schedules.scheduled_scale`) says whether
-        it has a schedule at all.
-        """
-        if self.model.scale_schedule == "none":  # nothing to attach: the very same model
-            return state
-        refs = [] if self.refs is None else read_references(self.refs, self.shape)
-        return state.with_scale(scheduled_scale(self.model, refs, t))
-
-    def _root_close(self, ok: bool) -> list[Effect]:
+    def _root_close(self, closing: Closing) -> list[Effect]:
         if self.phase == "setup":
-            return self._root_after_setup(ok)
+            return self._root_after_setup(closing)
         self.iterations += 1
         prev = self.global_state
         assert prev is not None
+        ok = closing.ok
         record: dict[str, Any] = {
             "round": self.round,
             "iteration": self.iterations,
@@ -372,13 +395,21 @@ class AggregatorNode:
             "ok": ok,
         }
         if ok:
+            assert closing.total is not None
             self._failed_streak = 0
             self._successes += 1
+            total = closing.total
             with np.errstate(all="ignore"):  # overflow is detected below, not warned about
-                total = sum_partials(self._ordered())
-                new, J, converged = self._next_state(total, prev)
-            record.update(participants=total["contributors"], n=total["n"])
-            if new is None or not (_finite_state(new) and math.isfinite(J)):
+                step = self.algorithm.next_state(
+                    total,
+                    prev,
+                    self._prev_objective,
+                    tol=self.protocol.tol,
+                    relative=self.protocol.tol_mode == "relative",
+                )
+            new, J = step.state, step.objective
+            record.update(participants=self.algorithm.contributors(total), n=total["n"])
+            if new is None or not (self.algorithm.is_finite(new) and math.isfinite(J)):
                 record.update(converged=False, state=prev, diverged=True)
                 return [
                     Record(kind="round", fields=record),
@@ -388,8 +419,9 @@ class AggregatorNode:
                         f"the model of round {self.iterations - 1}",
                     ),
                 ]
-            n = float(total["n"])
+            n = step.n
             per_sample = J / n if n > 0 else math.inf
+            converged = step.converged
             if self.protocol.tol_mode == "per_sample":
                 converged = abs(per_sample - self._prev_per_sample) < self.protocol.tol
             self.converged = converged
@@ -408,28 +440,6 @@ class AggregatorNode:
         return effects + self._broadcast(
             self.round + 1, self._model_body("iter", self.global_state)
         )
-
-    def _next_state(self, total: dict[str, Any], prev: State) -> tuple[State | None, float, bool]:
-        """The next global model from the summed partials, its objective, and convergence.
-
-        ``None`` if the sum itself is not finite (each partial was, their sum overflowed).
-        Convergence by ``tol`` read as ``protocol.tol_mode`` says (``per_sample`` is
-        decided by the caller, which knows the samples).
-        """
-        tol, relative = self.protocol.tol, self.protocol.tol_mode == "relative"
-        try:
-            if total["mode"] == "stats":
-                stats = to_stats(total, self.shape)
-                new = state_from_statistics(stats, prev, self.model)
-                J = float(objective(stats, new.view_weights, self.model.alpha))
-                change = abs(self._prev_objective - J)
-                if relative:
-                    change /= max(abs(self._prev_objective), 1e-300)
-                return new, J, change < tol
-            new = solve_params(total, self.shape, prev)
-            return new, float(total["objective"]), has_converged(prev, new, tol, relative=relative)
-        except WireError:
-            return None, math.nan, False
 
     def _track_plateau(self, per_sample: float) -> None:
         """Count successful rounds since J/n last improved by more than ``plateau_tol``."""
@@ -475,25 +485,25 @@ class AggregatorNode:
 
     def _stall_reason(self) -> str:
         what = "setup round" if self.phase == "setup" else "round"
+        rounds = self._rounds()
+        need = self.need if self.phase == "setup" else rounds.need_of(len(rounds.asked))
         return (
             f"{self._failed_streak} consecutive {what}s below quorum: the last heard from "
-            f"{len(self._received)} of {len(self.children)} children within its "
-            f"{self.deadline_s:g} s deadline, {self.need} needed"
+            f"{self._got} of {len(rounds.asked)} children within its "
+            f"{self.deadline_s:g} s deadline, {need} needed"
         )
 
-    def _root_after_setup(self, ok: bool) -> list[Effect]:
+    def _root_after_setup(self, closing: Closing) -> list[Effect]:
+        ok = closing.ok
         if ok:
-            merged = self._merge_setup(self._ordered())
-            if self.protocol.kernel_scope == "global":
-                self.refs = {"refs": merged["refs"]}
-                if any(r is None for r in merged["refs"]):
-                    ok = False  # a view nobody reported: wait for a setup that covers all
-            if not self._fixed_init and len(merged.get("init_w", ())) == self.shape.n_clusters:
-                centers = merged["init"]
-                H = self.shape.n_views
-                self.global_state = read_state(
-                    {"centers": centers, "view_weights": np.full(H, 1.0 / H)}, self.shape
-                )
+            assert closing.total is not None
+            state, extras, complete = self.algorithm.after_setup(
+                closing.total, self.global_state if self._fixed_init else None
+            )
+            self.extras = extras
+            ok = complete  # e.g. a view nobody reported: wait for a setup that covers all
+            if state is not None:
+                self.global_state = state
         if not ok or self.global_state is None:
             self.iterations += 1  # a failed setup counts against the limit: always terminate
             self._failed_streak += 1
@@ -527,7 +537,9 @@ class AggregatorNode:
     def _root_finish(self, status: RunStatus, reason: str) -> list[Effect]:
         self.state = AggregatorState.DONE
         if self.global_state is not None:  # the final model: with the scale it was fitted at
-            self.global_state = self._scheduled(self.global_state, max(self._successes, 1))
+            self.global_state = self.algorithm.at_iteration(
+                self.global_state, max(self._successes, 1), self.extras
+            )
         self.result = {
             "state": self.global_state,
             "iterations": self.iterations,
@@ -570,18 +582,20 @@ class AggregatorNode:
         if phase == "final":
             self.state = AggregatorState.DONE
             return [*self._broadcast(env.round, body, collect=False), Finished(result=None)]
-        if phase == "setup":
-            return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
-        if phase != "iter":
+        if phase not in ("setup", "iter"):
             raise WireError(f"unknown model phase {phase!r}")
-        if self.period == 1:
+        ask = body.get("ask")
+        if ask is not None and (not isinstance(ask, list) or self.node_id not in ask):
+            if not isinstance(ask, list):
+                raise WireError("body field 'ask' must be a list of node ids")
+            return []  # the parent asked others this time
+        if phase == "setup" or self.period == 1:
             return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
-        self.global_state = read_state(body, self.shape)
-        self.refs = {"refs": body["refs"]} if "refs" in body else None
-        return [
-            CancelTimer(name=_DEADLINE),
-            *self._broadcast(env.round, self._model_body("iter", self.global_state, sub=1)),
-        ]
+        self.global_state, self.extras = self.algorithm.read_model(body)
+        down = self._model_body("iter", self.global_state, sub=1)
+        if "compression" in body:
+            down["compression"] = body["compression"]
+        return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, down)]
 
     def _publish_up(self, body: dict[str, Any]) -> Publish:
         assert self.parent is not None
@@ -599,13 +613,14 @@ class AggregatorNode:
             qos=self.protocol.qos,
         )
 
-    def _middle_close(self, ok: bool) -> list[Effect]:
+    def _middle_close(self, closing: Closing) -> list[Effect]:
         self.state = AggregatorState.WAITING
-        if not ok:
+        if not closing.ok:
             return []  # the parent's deadline copes; nothing partial is forwarded below quorum
-        bodies = self._ordered()
+        total = closing.total
+        assert total is not None
         if self.phase == "setup":
-            return [self._publish_up(self._merge_setup(bodies))]
+            return [self._publish_up(total)]
         overflow = Record(
             kind="dropped",
             fields={
@@ -614,30 +629,23 @@ class AggregatorNode:
             },
         )
         with np.errstate(all="ignore"):  # overflow is detected, not warned about
-            total = sum_partials(bodies)
             if self.period == 1:
                 try:
-                    check_partial(total, self.shape)
+                    self.algorithm.check_partial(total)
                 except WireError:
                     return [overflow]
                 return [self._publish_up(total)]
             prev = self.global_state
             assert prev is not None
-            new, _, _ = self._next_state(total, prev)
-        if new is None or not _finite_state(new):
+            step = self.algorithm.next_state(total, prev, math.inf, tol=0.0, relative=False)
+        new = step.state
+        if new is None or not self.algorithm.is_finite(new):
             return [overflow]
         self.global_state = new
         if self.sub < self.period:
             return self._broadcast(
                 self.round, self._model_body("iter", self.global_state, sub=self.sub + 1)
             )
-        update = ParamUpdate(
-            centers=self.global_state.centers,
-            view_weights=self.global_state.view_weights,
-            n_samples=int(total["n"]),
-            objective=float(total["objective"]),
-        )
-        partial = params_partial(update, "weighted")
-        partial["contributors"] = int(total["contributors"])
+        partial = self.algorithm.subtree_partial(self.global_state, total)
         self.sub = 0
         return [self._publish_up(partial)]

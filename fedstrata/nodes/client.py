@@ -12,20 +12,9 @@ from typing import Any
 import numpy as np
 
 from fedstrata import wire
-from fedstrata.algorithms.combine import ParamUpdate, personalize
-from fedstrata.algorithms.fit import fit_batched
-from fedstrata.algorithms.kernels import kernel_reference
-from fedstrata.algorithms.multiview import (
-    MultiViewModel,
-    PreparedViews,
-    State,
-    local_statistics,
-    objective,
-    prepare_views,
-)
-from fedstrata.algorithms.seeding import local_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.mqtt import down_topic, up_topic
+from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
     Compute,
@@ -40,15 +29,7 @@ from fedstrata.nodes.events import (
     Subscribe,
     TimerFired,
 )
-from fedstrata.nodes.messages import (
-    Shape,
-    compress_partial,
-    params_partial,
-    read_references,
-    read_state,
-    references_body,
-    stats_partial,
-)
+from fedstrata.nodes.messages import Shape
 
 __all__ = ["ClientNode", "ClientState"]
 
@@ -62,28 +43,8 @@ class ClientState(Enum):
     ERROR = "error"
 
 
-def _raw_refs_key(field: Any) -> bytes | None:
-    """Bytes identifying a ``refs`` body field without validating it (None if malformed)."""
-    if not isinstance(field, list):
-        return None
-    parts: list[bytes] = []
-    for item in field:
-        if item is None:
-            parts.append(b"-")
-            continue
-        if not isinstance(item, dict):
-            return None
-        for name in ("min", "max", "sum"):
-            arr = item.get(name)
-            if not isinstance(arr, np.ndarray):
-                return None
-            parts += [arr.dtype.str.encode(), repr(arr.shape).encode(), arr.tobytes()]
-        parts.append(repr(item.get("count")).encode())
-    return b"|".join(parts)
-
-
 class ClientNode:
-    """An edge client of a (hierarchical) synchronous federation.
+    """An edge client: answers each model it is asked about with its learner's partial.
 
     Parameters
     ----------
@@ -94,7 +55,10 @@ class ClientNode:
     views
         Its local data, validated (n, d_h) arrays, one per view it holds.
     model
-        Clustering hyper-parameters.
+        The algorithm's hyper-parameters (a
+        :class:`~fedstrata.algorithms.multiview.MultiViewModel`): the plug-in is
+        looked up with :func:`~fedstrata.nodes.algorithm.algorithm_for` unless
+        ``algorithm`` is given.
     protocol
         Protocol settings.
     seed
@@ -102,6 +66,8 @@ class ClientNode:
     view_ids, dims
         Hybrid views: which of the federation's views ``views`` are, and the feature
         count of every view of the federation. By default it holds all views.
+    algorithm
+        The algorithm plug-in (shared with the aggregators).
     """
 
     tier = "edge"
@@ -112,11 +78,12 @@ class ClientNode:
         *,
         parent: Address,
         views: Sequence[np.ndarray],
-        model: MultiViewModel,
+        model: Any,
         protocol: ProtocolConfig,
         seed: int = 0,
         view_ids: Sequence[int] | None = None,
         dims: Sequence[int] | None = None,
+        algorithm: Algorithm | None = None,
     ) -> None:
         self.node_id = node_id
         self.parent = parent
@@ -126,17 +93,14 @@ class ClientNode:
         self.view_ids = tuple(range(len(self.views))) if view_ids is None else tuple(view_ids)
         all_dims = tuple(v.shape[1] for v in self.views) if dims is None else tuple(dims)
         self.shape = Shape(model.n_clusters, all_dims)
-        if len(self.view_ids) != len(self.views) or any(
-            all_dims[g] != v.shape[1] for g, v in zip(self.view_ids, self.views, strict=True)
-        ):
-            raise NodeProtocolError(f"client {node_id}: views do not match view_ids/dims")
+        self.algorithm = algorithm or algorithm_for(model, protocol, self.shape)
         self.rng = np.random.default_rng(seed)
         # qsgd's rounding draws from a child stream: self.rng's own draws stay as they were
         self._qrng = self.rng.spawn(1)[0] if protocol.compression == "qsgd" else None
+        self.learner = self.algorithm.learner(
+            self.views, view_ids=self.view_ids, rng=self.rng, node_id=node_id
+        )
         self.state = ClientState.NEW
-        self._prepared: PreparedViews | None = None
-        self._refs_key: bytes | None = None
-        self._local: State | None = None
         self._seen: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
         self._up_topic = up_topic(protocol.run, parent.tier, parent.group)
@@ -144,7 +108,7 @@ class ClientNode:
     @property
     def n_samples(self) -> int:
         """Number of local samples."""
-        return self.views[0].shape[0]
+        return self.learner.n_samples
 
     def handle(self, event: Event) -> list[Effect]:
         """Consume one event and return the effects to carry out."""
@@ -189,13 +153,15 @@ class ClientNode:
             qos=self.protocol.qos,
         )
 
-    def _send_partial(self, round_: int, partial: dict[str, Any]) -> list[Effect]:
-        """Publish an update partial, compressed as configured (with a record of the error)."""
-        scheme = self.protocol.compression
+    def _send_partial(self, round_: int, partial: dict[str, Any], scheme: str) -> list[Effect]:
+        """Publish an update partial, compressed as asked (with a record of the error)."""
         if scheme == "none":
             return [self._publish(round_, partial)]
         bits = self.protocol.compression_bits
-        body, info = compress_partial(partial, scheme, bits=bits, rng=self._qrng)
+        rng = self._qrng
+        if scheme == "qsgd" and rng is None:
+            rng = self._qrng = self.rng.spawn(1)[0]
+        body, info = self.algorithm.compress(partial, scheme, bits=bits, rng=rng)
         publish = self._publish(round_, body)
         fields = {
             "node": self.node_id,
@@ -207,6 +173,15 @@ class ClientNode:
             "payload_bytes": len(publish.payload),
         }
         return [publish, Record(kind="compression", fields=fields)]
+
+    def _asked(self, body: dict[str, Any]) -> bool:
+        """Whether a model message asks this client to answer (no ``ask`` list: everyone)."""
+        ask = body.get("ask")
+        if ask is None:
+            return True
+        if not isinstance(ask, list):
+            raise WireError("body field 'ask' must be a list of node ids")
+        return self.node_id in ask
 
     def _on_model(self, env: wire.Envelope) -> list[Effect]:
         if env.kind != "model":
@@ -220,99 +195,29 @@ class ClientNode:
         if key in self._seen:  # QoS 1 duplicate or retained replay
             return [Record(kind="duplicate", fields={"node": self.node_id, "round": env.round})]
         self._seen.add(key)
-        if phase == "setup":
-            return self._setup(env.round)
-        if phase == "iter":
-            return self._iterate(env.round, body)
         if phase == "final":
             return self._finish(env.round, body)
-        raise WireError(f"unknown model phase {phase!r}")
-
-    def _flops(self, iters: int) -> float:
-        per = self.n_samples * self.model.n_clusters * sum(self.shape.dims)
-        return float(per * iters * self.protocol.flops_per_element)
-
-    def _setup(self, round_: int) -> list[Effect]:
-        refs: list[Any] = [None] * self.shape.n_views
-        for g, X in zip(self.view_ids, self.views, strict=True):
-            refs[g] = kernel_reference(X)
-        body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
-        if len(self.view_ids) == self.shape.n_views:  # only full-view clients can seed all views
-            candidates, sizes = local_candidates(self.views, self.model.n_clusters, self.rng)
-            body["init"], body["init_w"] = candidates, sizes
-        return [Compute(flops=self._flops(10)), self._publish(round_, body)]
-
-    def _prepare(self, body: dict[str, Any]) -> PreparedViews:
-        # The heat-kernel reference is static after setup: parse and prepare only when
-        # the raw bytes differ from last round's (every model message carries it).
-        key = _raw_refs_key(body["refs"]) if "refs" in body else b""
-        if self._prepared is not None and key is not None and key == self._refs_key:
-            return self._prepared
-        refs = read_references(body, self.shape) if "refs" in body else None
-        held = None if refs is None else [refs[g] for g in self.view_ids]
-        self._prepared = prepare_views(
-            self.views,
-            self.model,
-            view_ids=self.view_ids,
-            n_views=self.shape.n_views,
-            references=held,  # type: ignore[arg-type]
-        )
-        self._refs_key = key
-        return self._prepared
-
-    def _iterate(self, round_: int, body: dict[str, Any]) -> list[Effect]:
-        glob = read_state(body, self.shape).batched()
-        pv = self._prepare(body)
-        if self.protocol.rule == "sum":
-            stats = local_statistics(pv, glob, self.model)
-            partial = stats_partial(
-                stats.take(0), float(objective(stats, glob.view_weights, self.model.alpha)[0])
-            )
-            if body.get("sub"):
-                partial["sub"] = int(body["sub"])
-            return [Compute(flops=self._flops(1)), *self._send_partial(round_, partial)]
-        start = (
-            glob
-            if self._local is None
-            else personalize(glob, self._local, self.protocol.gamma, self.protocol.rho)
-        )
-        res = fit_batched(
-            pv,
-            start,
-            self.model,
-            max_iter=self.protocol.local_iters,
-            tol=self.protocol.tol,
-            warn=False,
-        )
-        self._local = res.state
-        stats = local_statistics(pv, res.state, self.model)
-        update = ParamUpdate(
-            centers=tuple(
-                a[0] if g in self.view_ids else None for g, a in enumerate(res.state.centers)
-            ),
-            view_weights=res.state.view_weights[0],
-            n_samples=self.n_samples,
-            cluster_mass=stats.cluster_mass[0],
-            objective=float(res.objective[0]),
-        )
-        partial = params_partial(update, self.protocol.rule)
-        if body.get("sub"):
-            partial["sub"] = int(body["sub"])
-        return [
-            Compute(flops=self._flops(int(res.n_iter[0]) + 1)),
-            *self._send_partial(round_, partial),
-        ]
+        if phase not in ("setup", "iter"):
+            raise WireError(f"unknown model phase {phase!r}")
+        if not self._asked(body):
+            return []
+        if phase == "setup":
+            reply, flops = self.learner.setup()
+            return [Compute(flops=flops), self._publish(env.round, reply)]
+        partial, flops = self.learner.update(body)
+        if sub:
+            partial["sub"] = int(sub)
+        scheme = body.get("compression", self.protocol.compression)
+        if scheme not in ("none", "float32", "float16", "qsgd"):
+            raise WireError(f"unknown compression {scheme!r} asked")
+        return [Compute(flops=flops), *self._send_partial(env.round, partial, scheme)]
 
     def _finish(self, round_: int, body: dict[str, Any]) -> list[Effect]:
-        glob = read_state(body, self.shape).batched()
-        pv = self._prepare(body)
-        U = local_statistics(pv, glob, self.model).memberships[0]
+        result, flops = self.learner.finish(body)
         self.state = ClientState.DONE
-        self.result = {"labels": U.argmax(axis=1), "memberships": np.array(U)}
-        if self._local is not None:
-            self.result["personal_state"] = self._local.take(0)
+        self.result = result
         return [
-            Compute(flops=self._flops(1)),
+            Compute(flops=flops),
             Record(kind="client_done", fields={"node": self.node_id, "round": round_}),
             Finished(result=self.result),
         ]

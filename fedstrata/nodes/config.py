@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from fedstrata.algorithms.combine import RULES
 from fedstrata.algorithms.compression import MAX_BITS, MIN_BITS, SCHEMES
 from fedstrata.errors import ValidationError
+from fedstrata.protocols import KINDS
+from fedstrata.protocols.staleness import STALENESS_KINDS
+from fedstrata.protocols.sync import STRAGGLER_POLICIES
 
 __all__ = ["TOL_MODES", "Address", "ProtocolConfig"]
 
@@ -71,6 +74,21 @@ class ProtocolConfig:
         :data:`~fedstrata.algorithms.compression.SCHEMES` (``"none"``: float64, the
         bytes of an uncompressed run), and the bits per element of ``"qsgd"``
         (``2 .. 8``, ignored otherwise). Aggregators decode whatever they receive.
+        A model message may ask for another scheme (the adaptive protocol does).
+    kind
+        The root's protocol (:data:`~fedstrata.protocols.KINDS`): ``"sync"``,
+        ``"async"`` (FedAsync), ``"buffered"`` (FedBuff) or ``"adaptive"``
+        (network-aware plan per round). Middle tiers run synchronous rounds.
+    stragglers, sample, over_select
+        Synchronous rounds (:class:`~fedstrata.protocols.sync.SyncRounds`): the
+        straggler policy (``wait``, ``drop``, ``use_last``), the fraction of an
+        aggregator's clients a round wants, and the extra fraction asked.
+    mixing, staleness, staleness_a, staleness_b, max_staleness, buffer_size
+        Asynchronous kinds (:mod:`fedstrata.protocols.asynchronous`): mixing weight α,
+        staleness function and its parameters (None: the paper's defaults), the
+        oldest reply still used (versions) and FedBuff's K.
+    lambda_net
+        Adaptive kind: λ_net of Eq. 139, in 1/seconds of expected round time.
     """
 
     run: str = "run"
@@ -89,6 +107,17 @@ class ProtocolConfig:
     plateau_tol: float = 1e-3
     compression: str = "none"
     compression_bits: int = 8
+    kind: str = "sync"
+    stragglers: str = "wait"
+    sample: float = 1.0
+    over_select: float = 0.0
+    mixing: float = 1.0
+    staleness: str = "polynomial"
+    staleness_a: float | None = None
+    staleness_b: float | None = None
+    max_staleness: int = 1000
+    buffer_size: int = 2
+    lambda_net: float = 1.0
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -113,6 +142,24 @@ class ProtocolConfig:
             raise ValidationError(f"plateau_tol must be in [0, 1), got {self.plateau_tol!r}")
         if self.compression not in SCHEMES:
             raise ValidationError(f"compression must be one of {SCHEMES}, got {self.compression!r}")
+        if self.kind not in KINDS:
+            raise ValidationError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind in ("async", "buffered") and self.rule == "median":
+            raise ValidationError(f"kind {self.kind!r} mixes sums; rule 'median' is not a sum")
+        if self.stragglers not in STRAGGLER_POLICIES:
+            raise ValidationError(
+                f"stragglers must be one of {STRAGGLER_POLICIES}, got {self.stragglers!r}"
+            )
+        if not 0.0 < self.sample <= 1.0 or not 0.0 <= self.over_select <= 100.0:
+            raise ValidationError("sample must lie in (0, 1] and over_select in [0, 100]")
+        if not 0.0 < self.mixing <= 1.0:
+            raise ValidationError(f"mixing must lie in (0, 1], got {self.mixing!r}")
+        if self.staleness not in STALENESS_KINDS:
+            raise ValidationError(
+                f"staleness must be one of {STALENESS_KINDS}, got {self.staleness!r}"
+            )
+        if self.max_staleness < 0 or self.buffer_size < 1 or not self.lambda_net >= 0:
+            raise ValidationError("max_staleness >= 0, buffer_size >= 1 and lambda_net >= 0")
         if not MIN_BITS <= self.compression_bits <= MAX_BITS:
             raise ValidationError(
                 f"compression_bits must be in {MIN_BITS} .. {MAX_BITS}, "

@@ -160,6 +160,17 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         plateau_tol=pr.plateau_tol,
         compression=pr.compression.scheme,
         compression_bits=pr.compression.bits or 8,
+        kind=pr.kind,
+        stragglers=pr.stragglers,
+        sample=pr.sample,
+        over_select=pr.over_select,
+        mixing=pr.mixing,
+        staleness=pr.staleness.function,
+        staleness_a=pr.staleness.a,
+        staleness_b=pr.staleness.b,
+        max_staleness=pr.max_staleness,
+        buffer_size=pr.buffer_size,
+        lambda_net=pr.lambda_net,
     )
 
 
@@ -210,6 +221,7 @@ def build_federation(
                 deadline_s=deadline,
                 quorum=pr.quorum,
                 period=period if level > 0 else 1,
+                clients_below=level == len(tiers) - 1,
             )
             conns = [Connection(node, None)]
             if parent is not None:
@@ -315,8 +327,9 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
             shape=old.shape,
             protocol=old.protocol,
             deadline_s=old.deadline_s,
-            quorum=old.need / len(old.children),
+            quorum=old.quorum,
             period=old.period,
+            clients_below=old.clients_below,
         )
 
     return make

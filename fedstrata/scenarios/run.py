@@ -53,6 +53,8 @@ _METRICS = ("acc", "nmi", "ari", "ri", "purity")
 def resolved_scenario(sc: Scenario, seed: int | None = None) -> str:
     """The scenario as it runs (defaults filled in, ``seed`` applied), as YAML text."""
     data = sc.model_dump(mode="json", exclude_none=True)
+    for name in sc.protocol.unused_fields():  # the kind would refuse them on reload
+        data["protocol"].pop(name, None)
     if seed is not None:
         data["seed"] = seed
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -708,16 +708,61 @@ class CompressionSpec(_Strict):
         return self
 
 
+class StalenessSpec(_Strict):
+    """Staleness function of the asynchronous kinds ("Asynchronous Federated Optimization").
+
+    ``function``: ``constant`` s = 1, ``polynomial`` s = (τ + 1)^(−a), ``hinge`` s = 1
+    for τ ≤ b else 1 / (a (τ − b) + 1); ``a`` > 0 (``polynomial`` and ``hinge``), ``b``
+    >= 0 (``hinge``). Unset parameters take the paper's values (a = 0.5; a = 10, b = 4).
+    """
+
+    function: Literal["constant", "polynomial", "hinge"] = "polynomial"
+    a: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6]")] | None = None
+    b: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] | None = None
+
+    @model_validator(mode="after")
+    def _params_used(self) -> StalenessSpec:
+        takes = {"constant": (), "polynomial": ("a",), "hinge": ("a", "b")}[self.function]
+        extra = [k for k in ("a", "b") if getattr(self, k) is not None and k not in takes]
+        if extra:
+            raise ScenarioErrors(
+                [
+                    ScenarioError(
+                        f"the {self.function} staleness function takes no {k}; remove it",
+                        path=f"protocol.staleness.{k}",
+                    )
+                    for k in extra
+                ]
+            )
+        return self
+
+
+#: Protocol fields that only some kinds use (the others refuse them).
+_KIND_FIELDS = {
+    "mixing": ("async", "buffered"),
+    "staleness": ("async", "buffered"),
+    "max_staleness": ("async", "buffered"),
+    "buffer_size": ("buffered",),
+    "lambda_net": ("adaptive",),
+}
+
+
 class ProtocolSpec(_Strict):
     """Aggregation protocol.
 
-    ``rounds`` lies in ``1 .. 100000``, ``local_iters`` in ``1 .. 10000`` (1 with rule
-    ``sum``), ``deadline_s`` in ``(0, 1e9]``, ``tol`` in ``[0, 1e9]``; ``quorum``,
-    ``gamma`` and ``rho`` are probabilities; ``qos`` is 0 or 1; ``patience`` lies in
-    ``1 .. 100000``; ``compression`` is a :class:`CompressionSpec`.
+    ``kind`` picks the root's protocol: ``sync`` (rounds), ``async`` (FedAsync: every
+    arriving contribution is mixed at once, staleness-weighted), ``buffered`` (FedBuff:
+    every ``buffer_size`` arrivals) or ``adaptive`` (a network-aware plan per round,
+    FedHK-MVFC §7.3, experimental); middle tiers always run synchronous rounds.
+    ``rounds`` lies in ``1 .. 100000`` (model versions for the asynchronous kinds),
+    ``local_iters`` in ``1 .. 10000`` (1 with rule ``sum``), ``deadline_s`` in
+    ``(0, 1e9]``, ``tol`` in ``[0, 1e9]``; ``quorum``, ``gamma`` and ``rho`` are
+    probabilities; ``qos`` is 0 or 1; ``patience`` lies in ``1 .. 100000``;
+    ``compression`` is a :class:`CompressionSpec`, ``staleness`` a
+    :class:`StalenessSpec`.
     """
 
-    mode: Literal["sync"] = "sync"
+    kind: Literal["sync", "async", "buffered", "adaptive"] = "sync"
     rule: Literal["sum", "weighted", "mean", "median"] = "sum"
     rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS, description="1 .. 100000")] = 50
     local_iters: Annotated[int, Field(ge=1, le=MAX_LOCAL_ITERS, description="1 .. 10000")] = 1
@@ -740,6 +785,48 @@ class ProtocolSpec(_Strict):
     plateau_tol: Annotated[float, Field(ge=0.0, lt=1.0, description="0 <= tol < 1")] = 1e-3
     #: How clients compress their partials on the uplink (aggregators send float64).
     compression: CompressionSpec = CompressionSpec()
+    #: Synchronous rounds: ``wait`` for the wanted replies (or the deadline), ``drop``
+    #: the rest once the quorum replied, or ``use_last`` partials of those missing.
+    stragglers: Literal["wait", "drop", "use_last"] = "wait"
+    #: Fraction of an aggregator's clients a round wants (client sampling).
+    sample: Annotated[float, Field(gt=0.0, le=1.0, description="(0, 1]")] = 1.0
+    #: Over-selection: ask ceil(k · (1 + over_select)) clients, use the first k.
+    over_select: Annotated[float, Field(ge=0.0, le=100.0, description="[0, 100]")] = 0.0
+    #: Asynchronous kinds: mixing weight α of a fresh contribution.
+    mixing: Annotated[float, Field(gt=0.0, le=1.0, description="(0, 1]")] = 1.0
+    staleness: StalenessSpec = StalenessSpec()
+    #: Asynchronous kinds: replies more model versions behind are dropped.
+    max_staleness: Annotated[int, Field(ge=0, le=MAX_ROUNDS, description="0 .. 100000")] = 1000
+    #: ``buffered``: K, arrivals per model step.
+    buffer_size: Annotated[int, Field(ge=1, le=MAX_CLIENTS, description="1 .. 100000")] = 2
+    #: ``adaptive``: λ_net of Eq. 139, per second of expected round time.
+    lambda_net: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] = 1.0
+
+    def unused_fields(self) -> list[str]:
+        """The kind-specific fields this protocol's kind does not use."""
+        return [name for name, kinds in _KIND_FIELDS.items() if self.kind not in kinds]
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> ProtocolSpec:
+        errors = [
+            ScenarioError(
+                f"is for protocol kind {' or '.join(kinds)} (kind is {self.kind!r}); remove it",
+                path=f"protocol.{name}",
+            )
+            for name, kinds in _KIND_FIELDS.items()
+            if name in self.model_fields_set and self.kind not in kinds
+        ]
+        if self.kind in ("async", "buffered") and self.rule == "median":
+            errors.append(
+                ScenarioError(
+                    f"protocol kind {self.kind!r} mixes each child's share of a sum; rule "
+                    "'median' is not a sum (use sum, weighted or mean)",
+                    path="protocol.rule",
+                )
+            )
+        if errors:
+            raise ScenarioErrors(errors)
+        return self
 
     @model_validator(mode="after")
     def _per_sample_needs_sum(self) -> ProtocolSpec:

@@ -406,7 +406,7 @@ def _collecting_with_c0_held_back(scheme, bits, rule="sum"):
         lb._apply(dst, nodes[dst].handle(Delivered(now=0.0, topic=topic, payload=payload)))
     held = [p for n, p in lb.published if n == "c0" and p.topic.endswith("/up")][-1]
     cloud = nodes["cloud"]
-    assert cloud.phase == "iter" and set(cloud._received) == {"c1"}
+    assert cloud.phase == "iter" and set(cloud.received) == {"c1"}
     return cloud, held
 
 
@@ -441,7 +441,7 @@ def test_aggregator_drops_malformed_compressed_updates_and_takes_the_good_one(ca
     out = cloud.handle(Delivered(now=1.0, topic=held.topic, payload=wire.encode(bad)))
     assert [type(e) for e in out] == [Record] and out[0].kind == "dropped"
     assert out[0].fields["node"] == "cloud" and out[0].fields["reason"]
-    assert set(cloud._received) == {"c1"}  # not counted, nothing summed
+    assert set(cloud.received) == {"c1"}  # not counted, nothing summed
     out = cloud.handle(Delivered(now=1.0, topic=held.topic, payload=held.payload))
     aggregate = [e for e in out if isinstance(e, Record) and e.kind == "aggregate"]
     assert aggregate and aggregate[0].fields["participants"] == 2

@@ -1,0 +1,208 @@
+"""The algorithm plug-in interface: what the nodes compute, apart from how they talk.
+
+A federation's nodes are transport-agnostic state machines
+(:class:`~fedstrata.nodes.client.ClientNode`,
+:class:`~fedstrata.nodes.aggregator.AggregatorNode`) that move message *bodies*
+(plain dicts of numpy arrays and scalars, msgpack-encoded by :mod:`fedstrata.wire`).
+Everything about the clustering itself lives behind two small interfaces:
+
+* :class:`Learner`, one per client: holds the local views, answers the setup round
+  and every model with a body, and labels its samples with the final model;
+* :class:`Algorithm`, shared by every aggregator: validates and combines the
+  children's *partials*, turns the root's combined partial into the next global
+  model, and writes/reads model bodies.
+
+A partial is *additive* (:attr:`Algorithm.additive`) when combining is a plain sum of
+its arrays and counts: such partials travel through any number of tiers, can be
+staleness-weighted by the asynchronous protocols (:meth:`Algorithm.scale`) and can be
+masked by secure aggregation. The multi-view family (HK-MVFC, MV-FCM, MVKM-ED) is
+implemented in :mod:`fedstrata.plugins.multiview`; a new family registers a factory
+with :func:`register_algorithm` and leaves the nodes untouched.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedstrata.errors import NodeProtocolError
+
+__all__ = [
+    "Algorithm",
+    "Learner",
+    "Step",
+    "algorithm_for",
+    "register_algorithm",
+]
+
+
+@dataclass(frozen=True)
+class Step:
+    """The root's next global model from a combined partial.
+
+    ``state`` is None when the combined partial cannot be solved (for example its sum
+    overflowed); ``objective`` is the clustering objective J of the new model over the
+    contributing samples ``n``; ``converged`` is the algorithm's own stopping test.
+    """
+
+    state: Any | None
+    objective: float
+    converged: bool
+    n: float
+
+
+class Learner(ABC):
+    """A client's half of an algorithm: it owns the local data, never the network."""
+
+    #: Number of local samples (the client's weight in most rules).
+    n_samples: int
+
+    @abstractmethod
+    def setup(self) -> tuple[dict[str, Any], float]:
+        """The body answering the setup round, and the flops it cost."""
+
+    @abstractmethod
+    def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        """The partial answering a model body (an ``iter`` round), and its flops."""
+
+    @abstractmethod
+    def finish(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        """The client's result under the final model (``labels`` at least), and its flops."""
+
+
+class Algorithm(ABC):
+    """An aggregator's half of an algorithm, and the factory of its learners."""
+
+    #: Name shown in records (``"hk-mvfc/sum"`` ...).
+    name: str
+    #: Whether partials combine by plain sums (see the module docstring).
+    additive: bool
+
+    # -- clients -----------------------------------------------------------------------
+
+    @abstractmethod
+    def learner(
+        self,
+        views: Sequence[np.ndarray],
+        *,
+        view_ids: Sequence[int],
+        rng: np.random.Generator,
+        node_id: str,
+    ) -> Learner:
+        """A learner over one client's views (``view_ids`` of the federation's views)."""
+
+    # -- the setup round ---------------------------------------------------------------
+
+    @abstractmethod
+    def needs_setup(self, fixed_init: bool) -> bool:
+        """Whether the root opens with a setup round (given a fixed initial model or not)."""
+
+    @abstractmethod
+    def check_setup(self, body: dict[str, Any]) -> None:
+        """Validate a setup reply; raise :class:`~fedstrata.errors.WireError`."""
+
+    @abstractmethod
+    def merge_setup(
+        self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
+    ) -> dict[str, Any]:
+        """Merge validated setup replies into one (a middle tier forwards it upwards)."""
+
+    @abstractmethod
+    def after_setup(
+        self, merged: dict[str, Any], state: Any | None
+    ) -> tuple[Any | None, dict[str, Any], bool]:
+        """Root: from the merged setup, (initial state, extras, complete).
+
+        ``state`` is the fixed initial model, if any. ``extras`` are body fields every
+        later model message carries (the heat-kernel references); ``complete`` is
+        False when the setup must be repeated (a view nobody reported).
+        """
+
+    # -- rounds ------------------------------------------------------------------------
+
+    @abstractmethod
+    def check_partial(self, body: dict[str, Any]) -> None:
+        """Validate a child's partial, decoding a compressed one in place."""
+
+    @abstractmethod
+    def combine(self, partials: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Combine validated partials into one (a sum when :attr:`additive`)."""
+
+    def mix(self, old: dict[str, Any], new: dict[str, Any], weight: float) -> dict[str, Any]:
+        """``(1 − weight)·old + weight·new`` (additive partials of one child only).
+
+        The asynchronous protocols keep each child's share of the aggregate and move it
+        towards the child's newest partial by a staleness weight; counts (samples,
+        contributors) are the newest partial's.
+        """
+        raise NodeProtocolError(f"{self.name}: partials are not additive; they cannot be mixed")
+
+    def compress(
+        self, partial: dict[str, Any], scheme: str, *, bits: int, rng: np.random.Generator | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``partial`` compressed for the uplink, and ``rel_error``/``fallbacks`` of it."""
+        raise NodeProtocolError(f"{self.name} has no uplink compression")
+
+    @abstractmethod
+    def contributors(self, partial: dict[str, Any]) -> int:
+        """How many clients a (combined) partial stands for."""
+
+    @abstractmethod
+    def next_state(
+        self,
+        total: dict[str, Any],
+        previous: Any,
+        previous_objective: float,
+        *,
+        tol: float,
+        relative: bool,
+    ) -> Step:
+        """The root's step: next global model from the combined partial of a round."""
+
+    @abstractmethod
+    def subtree_partial(self, state: Any, total: dict[str, Any]) -> dict[str, Any]:
+        """A middle tier's forward after local periods (HierFAVG): its subtree model."""
+
+    @abstractmethod
+    def is_finite(self, state: Any) -> bool:
+        """Whether every number of ``state`` is finite."""
+
+    # -- model bodies ------------------------------------------------------------------
+
+    def at_iteration(self, state: Any, iteration: int, extras: dict[str, Any]) -> Any:
+        """The root's model as sent for iteration ``iteration`` (1-based).
+
+        The identity unless the algorithm has an iteration schedule (MVKM-ED's β).
+        """
+        return state
+
+    @abstractmethod
+    def model_body(self, state: Any, extras: dict[str, Any]) -> dict[str, Any]:
+        """Body fields of a global model (``extras`` from :meth:`after_setup` included)."""
+
+    @abstractmethod
+    def read_model(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """A middle tier's view of its parent's model body: (state, extras)."""
+
+
+Factory = Callable[[Any, Any, Any], Algorithm]
+_FACTORIES: list[tuple[type, Factory]] = []
+
+
+def register_algorithm(model_type: type, factory: Factory) -> None:
+    """Make :func:`algorithm_for` build ``factory(model, protocol, shape)`` for ``model_type``."""
+    _FACTORIES.insert(0, (model_type, factory))
+
+
+def algorithm_for(model: Any, protocol: Any, shape: Any) -> Algorithm:
+    """The registered algorithm plug-in for a model's hyper-parameters and a protocol."""
+    import fedstrata.plugins  # noqa: F401  (registers the built-in families)
+
+    for model_type, factory in _FACTORIES:
+        if isinstance(model, model_type):
+            return factory(model, protocol, shape)
+    raise NodeProtocolError(f"no algorithm plug-in registered for {type(model).__name__}")

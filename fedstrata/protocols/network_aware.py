@@ -1,0 +1,134 @@
+"""The adaptive, network-aware protocol: a plan per round by Eq. 139 (experimental).
+
+:class:`AdaptiveRounds` runs synchronous rounds (:class:`~fedstrata.protocols.sync.SyncRounds`,
+with its straggler policy) but, before each round, picks the plan P (quorum and the
+clients' uplink compression) minimising L_clustering(P) + λ_net · C_communication(P, N)
+(:func:`~fedstrata.protocols.adaptive.choose_plan`) under the network state N it has
+*observed* from its own message timing (:class:`~fedstrata.protocols.adaptive.NetworkObserver`):
+when it broadcast each version, when and how large each child's reply was. The plan and
+the observations it was made from are returned with the round's close and land in
+``rounds.csv`` (``plan_*`` and ``net_*`` columns).
+
+Compression is a candidate only where the children are clients (an aggregator forwards
+float64 sums whatever its clients sent); candidate quorums never fall below the
+scenario's quorum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from fedstrata.nodes.algorithm import Algorithm
+from fedstrata.protocols.adaptive import (
+    COMPRESSIONS,
+    NetworkObserver,
+    Plan,
+    choose_plan,
+    default_candidates,
+)
+from fedstrata.protocols.strategy import Closing, Contribution
+from fedstrata.protocols.sync import SyncRounds
+
+__all__ = ["AdaptiveRounds"]
+
+#: Relative error of a downcast, its unit roundoff (what a plan's L charges for it).
+_REL_ERROR = {"none": 0.0, "float32": 2.0**-24, "float16": 2.0**-11}
+#: Bytes of a reply under each compression, relative to float64 (arrays dominate).
+_BYTES = {"none": 1.0, "float32": 0.5, "float16": 0.25}
+
+
+class AdaptiveRounds(SyncRounds):
+    """Synchronous rounds whose quorum and compression are chosen per round (Eq. 139)."""
+
+    kind = "adaptive"
+
+    def __init__(
+        self,
+        children: Sequence[str],
+        *,
+        lambda_net: float = 1.0,
+        clients_below: bool = True,
+        **sync: Any,
+    ) -> None:
+        super().__init__(children, **sync)
+        self.lambda_net = lambda_net
+        quorums = sorted({self.quorum, *(q for q in (0.5, 0.75, 1.0) if q >= self.quorum)})
+        quorums = [q for q in quorums if q > 0]
+        self.candidates = default_candidates(
+            quorums=tuple(quorums), compressions=COMPRESSIONS if clients_below else ("none",)
+        )
+        self.plan = Plan(quorum=max(self.quorum, 1e-9), compression="none")
+        self.observer = NetworkObserver()
+        self._open: int | None = None
+        self._samples: dict[str, float] = {}
+        self._reply_bytes: float | None = None
+        self._decision: dict[str, Any] = {}
+
+    def _choose(self) -> None:
+        estimates = {c: self.observer.estimate(c) for c in self.children}
+        known = [e.delay_s for e in estimates.values() if e is not None and e.replies]
+        if not known or self._reply_bytes is None:
+            self._decision = {**self.plan.as_fields(), **self.observer.snapshot()}
+            return  # nothing observed yet: keep the current plan
+        mean_n = sum(self._samples.values()) / max(len(self._samples), 1)
+        samples = {c: self._samples.get(c, mean_n) for c in self.children}
+        bytes_of = {k: v * self._reply_bytes for k, v in _BYTES.items()}
+        plan, costs = choose_plan(
+            self.candidates,
+            estimates,
+            samples=samples,
+            bytes_of=bytes_of,
+            rel_error=_REL_ERROR,
+            lambda_net=self.lambda_net,
+            default_delay_s=max(known),
+        )
+        self.plan = plan
+        best = next(c for c in costs if c.plan == plan)
+        self._decision = {
+            **plan.as_fields(),
+            "plan_cost": round(best.total, 9),
+            **self.observer.snapshot(),
+        }
+
+    def target(self) -> int:
+        """The plan's quorum of the wanted replies (at least the scenario's quorum)."""
+        return max(self.need_of(self.want), math.ceil(self.plan.quorum * self.want - 1e-9))
+
+    def open(self, version: int, now: float) -> tuple[list[str] | None, dict[str, Any]]:
+        """Close the observer's last version, choose the plan, ask."""
+        if self._open is not None:
+            self.observer.closed(self._open)
+        self._choose()
+        ask, extra = super().open(version, now)
+        self.observer.sent(version, now, self.asked)
+        self._open = version
+        if self.plan.compression != "none":
+            extra = {**extra, "compression": self.plan.compression}
+        return ask, extra
+
+    def offer(self, c: Contribution) -> bool:
+        """Observe the reply's timing and size, then collect it."""
+        self.observer.received(c.sender, c.version, c.now, c.nbytes)
+        n = c.body.get("n")
+        if isinstance(n, int | float):
+            self._samples[c.sender] = float(n)
+        if self.plan.compression == "none":  # the float64 size the byte model scales
+            self._reply_bytes = float(c.nbytes)
+        return super().offer(c)
+
+    def close(self, algorithm: Algorithm, *, deadline: bool) -> Closing:
+        """Close as synchronous rounds do, with the plan's fields for the record."""
+        closing = super().close(algorithm, deadline=deadline)
+        closing.fields.update(self._decision)
+        return closing
+
+    def describe(self) -> dict[str, Any]:
+        """As :class:`SyncRounds`, plus λ_net and the candidate plans."""
+        return {
+            **super().describe(),
+            "kind": self.kind,
+            "lambda_net": self.lambda_net,
+            "candidates": [p.as_fields() for p in self.candidates],
+        }

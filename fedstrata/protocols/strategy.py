@@ -1,0 +1,125 @@
+"""The protocol strategy interface: when an aggregator closes a round, and with what.
+
+An :class:`~fedstrata.nodes.aggregator.AggregatorNode` moves messages and keeps the
+global model; its :class:`Strategy` makes the protocol's decisions, in the spirit of
+Flower's ``Strategy`` (configure a round, aggregate its results) but event-driven:
+
+1. :meth:`Strategy.open`: a model version is about to be broadcast: which children
+   are asked to answer it (``None``: all) and which extra body fields it carries;
+2. :meth:`Strategy.accepts`: whether a reply computed on version ``r`` is still
+   wanted now (synchronous rounds: only the current version; asynchronous: any
+   version no more than ``max_staleness`` behind);
+3. :meth:`Strategy.offer`: a valid reply arrived; whether the round closes now;
+4. :meth:`Strategy.close`: the round closes (all wanted replies, or the deadline):
+   the combined partial to step the model with, how many fresh replies it holds,
+   and fields for the round's record.
+
+Strategies are plain objects holding per-child bookkeeping; they never see time
+except through the ``now`` the node passes on, and never do I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedstrata.nodes.algorithm import Algorithm
+
+__all__ = ["Closing", "Contribution", "Ledger", "Strategy"]
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """A child's valid reply: its partial, the version it was computed on, when it came."""
+
+    sender: str
+    body: dict[str, Any]
+    version: int
+    staleness: int
+    now: float
+    nbytes: int
+
+
+@dataclass
+class Closing:
+    """What a round's close yields: the combined partial (None: nothing to step with)."""
+
+    total: dict[str, Any] | None
+    fresh: int
+    need: int
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the round counts: a partial and at least ``need`` fresh replies."""
+        return self.total is not None and self.fresh >= self.need
+
+
+class Ledger:
+    """Each child's current share of an additive aggregate.
+
+    ``put`` replaces a child's share by its newest partial moved towards it by
+    ``weight`` (``weight = 1``: replaced; FedAsync's ``x ← (1 − α_t) x + α_t x_new``
+    applied to that child's share); a child's first partial is taken whole.
+    """
+
+    def __init__(self, algorithm: Algorithm) -> None:
+        self.algorithm = algorithm
+        self.shares: dict[str, dict[str, Any]] = {}
+
+    def put(self, child: str, partial: dict[str, Any], weight: float = 1.0) -> None:
+        """Move ``child``'s share towards ``partial`` by ``weight``."""
+        old = self.shares.get(child)
+        if old is None or weight >= 1.0:
+            self.shares[child] = partial
+        else:
+            self.shares[child] = self.algorithm.mix(old, partial, weight)
+
+    def total(self, children: Sequence[str] | None = None) -> dict[str, Any] | None:
+        """The combined shares of ``children`` (default all), in sorted order; None if none."""
+        keys = sorted(self.shares if children is None else set(children) & set(self.shares))
+        if not keys:
+            return None
+        return self.algorithm.combine([self.shares[k] for k in keys])
+
+
+class Strategy(ABC):
+    """How an aggregator runs its rounds (see the module docstring)."""
+
+    #: ``protocol.kind`` this strategy implements.
+    kind: str
+
+    def __init__(self, children: Sequence[str], *, quorum: float, seed: int) -> None:
+        self.children = tuple(sorted(children))
+        self.quorum = quorum
+        self.rng = np.random.default_rng(seed)
+        self.asked: tuple[str, ...] = self.children
+
+    def need_of(self, asked: int) -> int:
+        """Fresh replies a round over ``asked`` children needs to count."""
+        return max(1, math.ceil(self.quorum * asked))
+
+    @abstractmethod
+    def open(self, version: int, now: float) -> tuple[list[str] | None, dict[str, Any]]:
+        """Start collecting ``version``: (children asked or None for all, extra body fields)."""
+
+    def accepts(self, staleness: int) -> bool:
+        """Whether a reply ``staleness`` versions old is wanted (default: current only)."""
+        return staleness == 0
+
+    @abstractmethod
+    def offer(self, c: Contribution) -> bool:
+        """Take a valid reply; True when the round should close now."""
+
+    @abstractmethod
+    def close(self, algorithm: Algorithm, *, deadline: bool) -> Closing:
+        """Close the round (``deadline``: its timer fired) and reset for the next."""
+
+    def describe(self) -> dict[str, Any]:
+        """The strategy's settings, for the run's records."""
+        return {"kind": self.kind}

@@ -38,6 +38,7 @@ __all__ = [
     "write_model",
     "write_rounds",
     "write_summary",
+    "write_table",
 ]
 
 #: Columns of rounds.csv, one row per round (and sub-round) and tier. ``bytes`` is the
@@ -82,6 +83,7 @@ RECORD_FILES = (
     "summary.json",
     "rounds.csv",
     "labels.csv",
+    "clients.csv",
     "model.npz",
     "rounds.png",
     "events.jsonl",
@@ -146,15 +148,22 @@ def write_summary(summary: Mapping[str, Any], path: str | Path) -> None:
         fh.write(text)
 
 
-def write_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
-    """Write ``rounds.csv`` with :data:`ROUND_COLUMNS` (missing values left empty)."""
+def write_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], path: str | Path
+) -> None:
+    """Write a CSV file with ``columns`` (missing values left empty), atomically."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=ROUND_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for row in rows:
-        w.writerow({k: ("" if row.get(k) is None else row[k]) for k in ROUND_COLUMNS})
+        w.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
     with atomic_write(path) as fh:
         fh.write(buf.getvalue())
+
+
+def write_rounds(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
+    """Write ``rounds.csv`` with :data:`ROUND_COLUMNS` (missing values left empty)."""
+    write_table(rows, ROUND_COLUMNS, path)
 
 
 def write_labels(

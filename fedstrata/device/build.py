@@ -22,15 +22,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import yaml
 
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address
 from fedstrata.nodes.messages import Shape
-from fedstrata.scenarios.build import model_of, protocol_config
-from fedstrata.scenarios.preflight import Wiring, wire_topology
+from fedstrata.scenarios.build import model_of, node_timing, protocol_config
+from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.schema import Scenario
 
 __all__ = [
@@ -40,7 +39,6 @@ __all__ = [
     "client_seed",
     "protocol_config",
     "scenario_digest",
-    "tier_timing",
 ]
 
 Role = Literal["root", "aggregator", "client"]
@@ -72,27 +70,6 @@ class DeviceNode:
     children: tuple[str, ...] = ()
 
 
-def tier_timing(sc: Scenario, wiring: Wiring | None = None) -> dict[str, tuple[float, int]]:
-    """Each aggregator tier's collection deadline (seconds) and period.
-
-    The root collects for ``protocol.deadline_s``; a middle tier for its own
-    ``deadline_s`` or, when absent, 0.8 of its parent tier's deadline divided by its
-    period (it must close ``period`` times before its parent does once). The root's
-    period is 1.
-    """
-    wiring = wire_topology(sc) if wiring is None else wiring
-    spec_of = {t.name: t for t in sc.topology.tiers}
-    deadline = sc.protocol.deadline_s
-    timing: dict[str, tuple[float, int]] = {}
-    for level, (name, _) in enumerate(wiring.tiers):
-        spec = spec_of.get(name)
-        period = spec.period if spec else 1
-        if spec is not None:
-            deadline = spec.deadline_s if spec.deadline_s is not None else deadline * 0.8 / period
-        timing[name] = (deadline, period if level > 0 else 1)
-    return timing
-
-
 def scenario_digest(sc: Scenario) -> str:
     """SHA-256 of the resolved scenario: the ``scenario_hash`` of a run record.
 
@@ -100,9 +77,7 @@ def scenario_digest(sc: Scenario) -> str:
     :func:`fedstrata.scenarios.run.scenario_hash` (without importing the run and
     metrics code, which is slow to import on a small device).
     """
-    data = sc.model_dump(mode="json", exclude_none=True)
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(sc.resolved_yaml().encode()).hexdigest()
 
 
 def client_seed(seed: int, j: int) -> int:
@@ -186,7 +161,7 @@ def build_node(
         return DeviceNode(client, "client", "edge", parent)
     if views is not None or view_ids is not None:
         raise ValidationError(f"{node_id} is an aggregator: it holds no data")
-    deadline, period = tier_timing(sc, wiring)[tier]
+    deadline, period = node_timing(sc, wiring)[node_id]
     children = wiring.children[node_id]
     agg = AggregatorNode(
         node_id,

@@ -159,9 +159,10 @@ class AggregatorNode:
             root=parent is None,
             deadline_s=deadline_s,
             clients_below=clients_below,
+            compressions=self.algorithm.compressions,
         )
         self.clients_below = clients_below
-        if not self.algorithm.additive and self.strategy.kind in ("async", "buffered"):
+        if not self.algorithm.additive and self.strategy.needs_additive:
             raise NodeProtocolError(
                 f"protocol kind {self.strategy.kind!r} mixes additive partials; "
                 f"{self.algorithm.name} is not additive"
@@ -187,6 +188,8 @@ class AggregatorNode:
         self._got = 0  # valid replies in the round being collected
         self._seen_models: set[tuple[int, int]] = set()
         self._now = 0.0
+        self._last_need = self.need
+        self._setup_versions: set[int] = set()
         self.result: dict[str, Any] | None = None
         self._rng = np.random.default_rng(seed)
         self._topics = (
@@ -280,6 +283,8 @@ class AggregatorNode:
             self.sub = int(body.get("sub", 0))
             self.phase = str(body["phase"])
             self._got = 0
+            if self.phase == "setup":
+                self._setup_versions.add(round_)
             ask, extra = self._rounds().open(round_, self._now)
             body = {k: v for k, v in body.items() if k != "ask"}
             body.update(extra)
@@ -329,6 +334,8 @@ class AggregatorNode:
         if key in self._seen_updates:
             return [Record(kind="duplicate", fields=fields)]
         body = env.body
+        if (env.round in self._setup_versions) != (self.phase == "setup"):  # e.g. setup, late
+            return [Record(kind="late", fields=fields)]
         if self.phase == "setup":
             self.algorithm.check_setup(body)
         else:
@@ -366,6 +373,7 @@ class AggregatorNode:
             "ok": closing.ok,
             **closing.fields,
         }
+        self._last_need = closing.need
         head: list[Effect] = [Record(kind="aggregate", fields=fields)]
         if self.is_root:
             return head + self._root_close(closing)
@@ -486,11 +494,10 @@ class AggregatorNode:
     def _stall_reason(self) -> str:
         what = "setup round" if self.phase == "setup" else "round"
         rounds = self._rounds()
-        need = self.need if self.phase == "setup" else rounds.need_of(len(rounds.asked))
         return (
             f"{self._failed_streak} consecutive {what}s below quorum: the last heard from "
             f"{self._got} of {len(rounds.asked)} children within its "
-            f"{self.deadline_s:g} s deadline, {need} needed"
+            f"{self.deadline_s:g} s deadline, {self._last_need} needed"
         )
 
     def _root_after_setup(self, closing: Closing) -> list[Effect]:

@@ -81,6 +81,8 @@ class Algorithm(ABC):
     name: str
     #: Whether partials combine by plain sums (see the module docstring).
     additive: bool
+    #: Uplink compressions :meth:`compress` supports besides ``"none"``.
+    compressions: tuple[str, ...] = ()
 
     # -- clients -----------------------------------------------------------------------
 

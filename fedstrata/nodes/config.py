@@ -89,6 +89,13 @@ class ProtocolConfig:
         oldest reply still used (versions) and FedBuff's K.
     lambda_net
         Adaptive kind: λ_net of Eq. 139, in 1/seconds of expected round time.
+    personal_iters
+        Personalization (FedHK-MVFC Eq. 78/79), ``None`` for off: on the final model,
+        each client fits this many local iterations from the global model (or keeps
+        its local model, parameter rules), blends it with the global one by γ_ℓ/ρ_ℓ and
+        labels its samples with the blend as well.
+    personal
+        Per-client ``(node id, γ_ℓ, ρ_ℓ)`` overriding ``gamma``/``rho``.
     """
 
     run: str = "run"
@@ -118,6 +125,15 @@ class ProtocolConfig:
     max_staleness: int = 1000
     buffer_size: int = 2
     lambda_net: float = 1.0
+    personal_iters: int | None = None
+    personal: tuple[tuple[str, float, float], ...] = ()
+
+    def mixing_of(self, node_id: str) -> tuple[float, float]:
+        """(γ_ℓ, ρ_ℓ) of a client: its override, else ``gamma``/``rho``."""
+        for nid, gamma, rho in self.personal:
+            if nid == node_id:
+                return gamma, rho
+        return self.gamma, self.rho
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -160,6 +176,11 @@ class ProtocolConfig:
             )
         if self.max_staleness < 0 or self.buffer_size < 1 or not self.lambda_net >= 0:
             raise ValidationError("max_staleness >= 0, buffer_size >= 1 and lambda_net >= 0")
+        if self.personal_iters is not None and self.personal_iters < 1:
+            raise ValidationError(f"personal_iters must be >= 1, got {self.personal_iters!r}")
+        for nid, gamma, rho in self.personal:
+            if not (0.0 <= gamma <= 1.0 and 0.0 <= rho <= 1.0):
+                raise ValidationError(f"gamma and rho of {nid} must lie in [0, 1]")
         if not MIN_BITS <= self.compression_bits <= MAX_BITS:
             raise ValidationError(
                 f"compression_bits must be in {MIN_BITS} .. {MAX_BITS}, "

@@ -104,6 +104,7 @@ class MultiViewLearner(Learner):
         ):
             raise NodeProtocolError(f"client {node_id}: views do not match view_ids/dims")
         self.rng = rng
+        self.node_id = node_id
         self.n_samples = self.views[0].shape[0]
         self._prepared: PreparedViews | None = None
         self._refs_key: bytes | None = None
@@ -150,17 +151,41 @@ class MultiViewLearner(Learner):
         return self.algorithm.local_update(self, glob, self.prepared(body))
 
     def finish(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        """Labels and memberships under the final model (and the personal model, if any)."""
-        glob = read_state(body, self.algorithm.shape).batched()
-        U = local_statistics(self.prepared(body), glob, self.algorithm.model).memberships[0]
+        """Labels and memberships under the final model, and the personalised ones.
+
+        With personalization on (``protocol.personal_iters``) the client blends the
+        global model with its local one by Eq. 78/79 (γ_ℓ for centres, ρ_ℓ for view
+        weights) and labels its samples under the blend too (``personal_labels``).
+        """
+        a = self.algorithm
+        glob = read_state(body, a.shape).batched()
+        pv = self.prepared(body)
+        U = local_statistics(pv, glob, a.model).memberships[0]
         result: dict[str, Any] = {"labels": U.argmax(axis=1), "memberships": np.array(U)}
-        if self.local is not None:
+        iters = 1
+        p = a.protocol
+        if p.personal_iters is not None:
+            local = self.local
+            if local is None:  # statistics rule: the local model is fitted now
+                res = fit_batched(pv, glob, a.model, max_iter=p.personal_iters, tol=0.0, warn=False)
+                local, iters = res.state, iters + int(res.n_iter[0])
+            gamma, rho = p.mixing_of(self.node_id)
+            personal = personalize(glob, local, gamma, rho)
+            if glob.view_scale is not None:
+                personal = personal.with_scale(glob.view_scale)
+            Up = local_statistics(pv, personal, a.model).memberships[0]
+            result["personal_labels"] = Up.argmax(axis=1)
+            result["personal_state"] = personal.take(0)
+            result["personal_mixing"] = (gamma, rho)
+        elif self.local is not None:
             result["personal_state"] = self.local.take(0)
-        return result, self._flops(1)
+        return result, self._flops(iters)
 
 
 class _MultiView(Algorithm):
     """What both combine rules share: the setup round, model bodies, finiteness."""
+
+    compressions = ("float32", "float16", "qsgd")
 
     def __init__(self, model: MultiViewModel, protocol: ProtocolConfig, shape: Shape) -> None:
         self.model = model

@@ -27,6 +27,7 @@ def strategy_for(
     root: bool,
     deadline_s: float,
     clients_below: bool = True,
+    compressions: Sequence[str] = (),
 ) -> Strategy:
     """The strategy of an aggregator under ``protocol`` (a ProtocolConfig).
 
@@ -34,7 +35,8 @@ def strategy_for(
     synchronous rounds for the parent's requests, with the protocol's straggler
     policy and client selection (a fog group under an asynchronous cloud is the usual
     hierarchical asynchronous design). Client sampling (``protocol.sample``) applies
-    where the children are clients (``clients_below``).
+    where the children are clients (``clients_below``); the adaptive kind chooses among
+    the algorithm's ``compressions`` there.
     """
     from fedstrata.protocols.asynchronous import FedAsync, FedBuff
     from fedstrata.protocols.sync import SyncRounds
@@ -63,5 +65,10 @@ def strategy_for(
     if kind == "adaptive" and root:
         from fedstrata.protocols.network_aware import AdaptiveRounds
 
-        return AdaptiveRounds(children, lambda_net=protocol.lambda_net, **sync)
+        return AdaptiveRounds(
+            children,
+            lambda_net=protocol.lambda_net,
+            compressions=tuple(compressions) if clients_below else (),
+            **sync,
+        )
     return SyncRounds(children, **sync)

@@ -56,6 +56,7 @@ class FedAsync(Strategy):
     """
 
     kind = "async"
+    needs_additive = True
 
     def __init__(
         self,
@@ -84,6 +85,8 @@ class FedAsync(Strategy):
         self._pending: list[Contribution] = []
         self._asked_at: dict[str, float] = {}
         self._next: set[str] | None = None  # None: everyone
+        self._merged: dict[str, int] = {}  # the newest version merged per child
+        self._superseded = 0
 
     def weight(self, staleness: int) -> float:
         """α · s(staleness)."""
@@ -109,7 +112,10 @@ class FedAsync(Strategy):
         return list(self.asked), {}
 
     def offer(self, c: Contribution) -> bool:
-        """Close at once."""
+        """Take the reply unless the child's share already holds a newer one; close at once."""
+        if c.version < self._merged.get(c.sender, -1):
+            self._superseded += 1  # mixing it would move the share back to older data
+            return False
         self._pending.append(c)
         return self._ready()
 
@@ -131,16 +137,19 @@ class FedAsync(Strategy):
             w = self.weight(c.staleness)
             weights.append(w)
             self._ledger.put(c.sender, c.body, w)
+            self._merged[c.sender] = max(c.version, self._merged.get(c.sender, -1))
             self._asked_at.pop(c.sender, None)
             assert self._next is not None
             self._next.add(c.sender)
-        fields = {
+        fields: dict[str, Any] = {
             "staleness_max": max(c.staleness for c in pending),
             "staleness_mean": sum(c.staleness for c in pending) / len(pending),
             "mix_weight_min": min(weights),
             "shares": len(self._ledger.shares),
+            "superseded": self._superseded,
         }
-        return Closing(self._ledger.total(), len(pending), 1, fields)
+        senders = len({c.sender for c in pending})
+        return Closing(self._ledger.total(), senders, 1, fields)
 
     def describe(self) -> dict[str, Any]:
         """Kind, α, staleness function and limits."""

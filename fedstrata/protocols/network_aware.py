@@ -10,8 +10,8 @@ the observations it was made from are returned with the round's close and land i
 ``rounds.csv`` (``plan_*`` and ``net_*`` columns).
 
 Compression is a candidate only where the children are clients (an aggregator forwards
-float64 sums whatever its clients sent); candidate quorums never fall below the
-scenario's quorum.
+float64 sums whatever its clients sent) and only the downcasts the algorithm supports
+(``Algorithm.compressions``); candidate quorums never fall below the scenario's quorum.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class AdaptiveRounds(SyncRounds):
         children: Sequence[str],
         *,
         lambda_net: float = 1.0,
-        clients_below: bool = True,
+        compressions: Sequence[str] = (),
         **sync: Any,
     ) -> None:
         super().__init__(children, **sync)
@@ -57,7 +57,8 @@ class AdaptiveRounds(SyncRounds):
         quorums = sorted({self.quorum, *(q for q in (0.5, 0.75, 1.0) if q >= self.quorum)})
         quorums = [q for q in quorums if q > 0]
         self.candidates = default_candidates(
-            quorums=tuple(quorums), compressions=COMPRESSIONS if clients_below else ("none",)
+            quorums=tuple(quorums),
+            compressions=("none", *(c for c in COMPRESSIONS if c in compressions)),
         )
         self.plan = Plan(quorum=max(self.quorum, 1e-9), compression="none")
         self.observer = NetworkObserver()

@@ -93,6 +93,9 @@ class Strategy(ABC):
 
     #: ``protocol.kind`` this strategy implements.
     kind: str
+    #: Whether it mixes partials (:meth:`~fedstrata.nodes.algorithm.Algorithm.mix`):
+    #: an aggregator refuses it with a non-additive algorithm.
+    needs_additive: bool = False
 
     def __init__(self, children: Sequence[str], *, quorum: float, seed: int) -> None:
         self.children = tuple(sorted(children))

@@ -98,7 +98,9 @@ class SyncRounds(Strategy):
         return got
 
     def offer(self, c: Contribution) -> bool:
-        """Keep the reply; close at :meth:`target` replies."""
+        """Keep the reply (of an asked child); close at :meth:`target` replies."""
+        if c.sender not in self.asked:  # it ignored the ask list: not part of this round
+            return False
         self._received[c.sender] = c.body
         return len(self._received) >= self.target()
 

@@ -51,6 +51,8 @@ class Federation:
     #: the run never got one) and every sample's label under it.
     final_state: Any = None
     final_labels: np.ndarray | None = None
+    #: Per-client metrics of the global and personalized models (personalization on).
+    client_rows: list[dict[str, Any]] = field(default_factory=list)
 
     def prepared_clients(self) -> dict[str, PreparedViews]:
         """Each client's views prepared as the clients do (global or local δ)."""
@@ -171,7 +173,40 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         max_staleness=pr.max_staleness,
         buffer_size=pr.buffer_size,
         lambda_net=pr.lambda_net,
+        personal_iters=None if pr.personalization is None else pr.personalization.local_iters,
+        personal=()
+        if pr.personalization is None
+        else tuple(
+            (cid, pr.gamma if m.gamma is None else m.gamma, pr.rho if m.rho is None else m.rho)
+            for cid, m in sorted(pr.personalization.clients.items())
+        ),
     )
+
+
+def node_timing(sc: Scenario, wiring: Any = None) -> dict[str, tuple[float, int]]:
+    """Each aggregator's collection deadline (seconds) and period, by node id.
+
+    The root collects for ``protocol.deadline_s``; a middle-tier node for its tier's
+    ``deadline_s`` or, when absent, 0.8 of its parent's deadline divided by its period
+    (it must close ``period`` times before its parent does once). A node's period is
+    its tier's ``periods`` entry, else the tier's ``period``; the root's is 1.
+    """
+    wiring = wire_topology(sc) if wiring is None else wiring
+    spec_of = {t.name: t for t in sc.topology.tiers}
+    timing: dict[str, tuple[float, int]] = {}
+    for level, (name, group) in enumerate(wiring.tiers):
+        spec = spec_of.get(name)
+        for node in group:
+            if level == 0 or spec is None:
+                timing[node] = (sc.protocol.deadline_s, 1)
+                continue
+            period = spec.periods.get(node, spec.period)
+            parent_deadline = timing[wiring.parents[node]][0]
+            deadline = (
+                spec.deadline_s if spec.deadline_s is not None else parent_deadline * 0.8 / period
+            )
+            timing[node] = (deadline, period)
+    return timing
 
 
 def build_federation(
@@ -201,15 +236,12 @@ def build_federation(
         for node in group:
             sim.add_broker(node, [group_prefix(protocol.run, name, node)])
     spec_of = {t.name: t for t in sc.topology.tiers}
-    deadline = pr.deadline_s
+    timing = node_timing(sc, wiring)
     for level, (name, group) in enumerate(tiers):
         spec = spec_of.get(name)
-        period = spec.period if spec else 1
-        if spec is not None:
-            # a tier must close before its parent does, `period` times per parent round
-            deadline = spec.deadline_s if spec.deadline_s is not None else deadline * 0.8 / period
         for node in group:
             parent = parents.get(node)
+            deadline, period = timing[node]
             agg = AggregatorNode(
                 node,
                 tier=name,
@@ -220,7 +252,7 @@ def build_federation(
                 protocol=protocol,
                 deadline_s=deadline,
                 quorum=pr.quorum,
-                period=period if level > 0 else 1,
+                period=period,
                 clients_below=level == len(tiers) - 1,
             )
             conns = [Connection(node, None)]

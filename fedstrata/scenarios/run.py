@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from fedstrata import __version__
 from fedstrata.algorithms.multiview import MultiViewModel, State, local_statistics, prepare_views
@@ -32,6 +31,7 @@ from fedstrata.analysis.records import (
     write_model,
     write_rounds,
     write_summary,
+    write_table,
 )
 from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.scenarios.build import Federation, build_federation
@@ -52,12 +52,7 @@ _METRICS = ("acc", "nmi", "ari", "ri", "purity")
 
 def resolved_scenario(sc: Scenario, seed: int | None = None) -> str:
     """The scenario as it runs (defaults filled in, ``seed`` applied), as YAML text."""
-    data = sc.model_dump(mode="json", exclude_none=True)
-    for name in sc.protocol.unused_fields():  # the kind would refuse them on reload
-        data["protocol"].pop(name, None)
-    if seed is not None:
-        data["seed"] = seed
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return sc.resolved_yaml(seed)
 
 
 def scenario_hash(sc: Scenario, seed: int | None = None) -> str:
@@ -282,7 +277,59 @@ def simulate(
     }
     fed.final_state = final_state
     fed.final_labels = labels
+    block, fed.client_rows = personalization_report(fed, sim.results)
+    if block is not None:
+        summary["personalization"] = block
     return fed, summary, rows
+
+
+#: Columns of clients.csv (personalization on): per-client metrics of both models.
+CLIENT_COLUMNS = (
+    "client",
+    "samples",
+    "gamma",
+    "rho",
+    *(f"{k}_{which}" for which in ("global", "personal") for k in ("ari", "nmi", "acc")),
+)
+
+
+def personalization_report(
+    fed: Federation, results: dict[str, Any]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Per-client metrics of the global and the personalized labels, and their summary.
+
+    ``results`` are the clients' own results (``labels``, ``personal_labels``): what
+    each client computed, on either transport. Clients that never finished are left
+    out and counted. None when personalization is off.
+    """
+    if fed.protocol.personal_iters is None:
+        return None, []
+    truth = fed.dataset.labels
+    rows: list[dict[str, Any]] = []
+    for c, idx in fed.client_indices.items():
+        res = results.get(c)
+        if not isinstance(res, dict) or "personal_labels" not in res:
+            continue
+        row: dict[str, Any] = {"client": c, "samples": int(idx.size)}
+        row["gamma"], row["rho"] = res["personal_mixing"]
+        for which, key in (("global", "labels"), ("personal", "personal_labels")):
+            m = evaluate(truth[idx], res[key])
+            for k in ("ari", "nmi", "acc"):
+                row[f"{k}_{which}"] = round(float(m[k]), 6)
+        rows.append(row)
+    block: dict[str, Any] = {
+        "local_iters": fed.protocol.personal_iters,
+        "clients_reported": len(rows),
+        "clients_missing": len(fed.client_indices) - len(rows),
+    }
+    for which in ("global", "personal"):
+        for k in ("acc", "nmi"):
+            vals = [r[f"{k}_{which}"] for r in rows]
+            block[f"{k}_{which}_mean"] = round(float(np.mean(vals)), 6) if vals else None
+            block[f"{k}_{which}_min"] = round(float(np.min(vals)), 6) if vals else None
+    block["clients_better_acc"] = sum(r["acc_personal"] > r["acc_global"] for r in rows)
+    block["clients_worse_acc"] = sum(r["acc_personal"] < r["acc_global"] for r in rows)
+    return block, rows
 
 
 def _failed_rounds(rows: list[dict[str, Any]]) -> int:
@@ -408,6 +455,9 @@ def _write_record(
         clients, [fed.client_indices[c] for c in clients], fed.final_labels, out / "labels.csv"
     )
     files = ["scenario.yaml", "rounds.csv", "labels.csv"]
+    if fed.client_rows:
+        write_table(fed.client_rows, CLIENT_COLUMNS, out / "clients.csv")
+        files.append("clients.csv")
     if fed.final_state is not None:
         write_model(_model_arrays(fed, fed.final_state, summary["rounds"]), out / "model.npz")
         files.append("model.npz")

@@ -74,6 +74,7 @@ from fedstrata.scenarios.run import (
     _rounds_bar,
     _start_record,
     _write_record,
+    personalization_report,
 )
 from fedstrata.scenarios.schema import Scenario
 
@@ -373,6 +374,9 @@ def mqtt_run(
     }
     fed.final_state = final_state
     fed.final_labels = labels
+    block, fed.client_rows = personalization_report(fed, results)
+    if block is not None:
+        summary["personalization"] = block
     return fed, summary, rows
 
 

@@ -468,9 +468,17 @@ class TierSpec(_Strict):
     name: Ident = "fog"
     count: Annotated[int, Field(ge=1, le=MAX_TIER_NODES, description="1 .. 100000")] = 1
     period: Annotated[int, Field(ge=1, le=1000, description="1 .. 1000")] = 1
+    #: Per-node periods overriding ``period`` (HierFAVG per fog group), by node id.
+    periods: dict[str, Annotated[int, Field(ge=1, le=1000, description="1 .. 1000")]] = Field(
+        default_factory=dict
+    )
     deadline_s: PositiveSeconds | None = Field(None, description="(0, 1e9] s")
     link: LinkSpec = LinkSpec()
     speed_gflops: Speed = 10.0
+
+    def max_period(self) -> int:
+        """The longest period of any node of the tier."""
+        return max([self.period, *self.periods.values()])
 
 
 class ClientsSpec(_Strict):
@@ -737,6 +745,28 @@ class StalenessSpec(_Strict):
         return self
 
 
+class MixingSpec(_Strict):
+    """A client's personalization weights: γ_ℓ (centres, Eq. 78), ρ_ℓ (view weights, Eq. 79)."""
+
+    gamma: Probability | None = None
+    rho: Probability | None = None
+
+
+class PersonalizationSpec(_Strict):
+    """Personalized models next to the global one (FedHK-MVFC Eq. 78/79).
+
+    On the final model every client fits ``local_iters`` (``1 .. 10000``) local
+    iterations from the global model (rule ``sum``; the parameter rules already hold a
+    local model), blends it with the global one, A_ℓ = γ_ℓ A_global + (1 − γ_ℓ) A_ℓ and
+    V_ℓ = ρ_ℓ V_global + (1 − ρ_ℓ) V_ℓ, and labels its samples under the blend.
+    γ_ℓ and ρ_ℓ are ``protocol.gamma``/``rho`` unless ``clients`` overrides them for a
+    client id. The run reports per-client metrics of both models (``clients.csv``).
+    """
+
+    local_iters: Annotated[int, Field(ge=1, le=MAX_LOCAL_ITERS, description="1 .. 10000")] = 5
+    clients: dict[str, MixingSpec] = Field(default_factory=dict)
+
+
 #: Protocol fields that only some kinds use (the others refuse them).
 _KIND_FIELDS = {
     "mixing": ("async", "buffered"),
@@ -801,6 +831,8 @@ class ProtocolSpec(_Strict):
     buffer_size: Annotated[int, Field(ge=1, le=MAX_CLIENTS, description="1 .. 100000")] = 2
     #: ``adaptive``: λ_net of Eq. 139, per second of expected round time.
     lambda_net: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] = 1.0
+    #: Per-client personalized models next to the global one; ``null``: off.
+    personalization: PersonalizationSpec | None = None
 
     def unused_fields(self) -> list[str]:
         """The kind-specific fields this protocol's kind does not use."""
@@ -998,6 +1030,21 @@ class Scenario(_Strict):
     privacy: PrivacySpec = PrivacySpec()
     output: OutputSpec = OutputSpec()
 
+    def resolved_yaml(self, seed: int | None = None) -> str:
+        """The scenario as it runs (defaults filled in, ``seed`` applied), as YAML text.
+
+        Fields the protocol's kind does not use are left out (they would be refused on
+        reading it back). Its SHA-256 is a run record's ``scenario_hash``.
+        """
+        import yaml
+
+        data = self.model_dump(mode="json", exclude_none=True)
+        for name in self.protocol.unused_fields():
+            data["protocol"].pop(name, None)
+        if seed is not None:
+            data["seed"] = seed
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
     def node_ids(self) -> dict[str, list[str]]:
         """Node ids by tier name: cloud, each middle tier, and ``edge``."""
         ids: dict[str, list[str]] = {"cloud": [self.topology.cloud_id]}
@@ -1064,6 +1111,14 @@ class Scenario(_Strict):
                     "topology.cloud_id",
                     f"{topo.cloud_id!r} is also the id of {owner}; choose another cloud_id",
                 )
+        if p.personalization is not None:
+            for cid in p.personalization.clients:
+                if self.tier_of(cid) != "edge":
+                    fail(
+                        f"protocol.personalization.clients.{clip(str(cid))}",
+                        f"{show(cid)} is not a client id (client-0 .. "
+                        f"client-{topo.clients.count - 1})",
+                    )
         if p.rule == "sum" and p.local_iters != 1:
             fail(
                 "protocol.local_iters", "must be 1 with rule 'sum' (it aggregates every iteration)"
@@ -1082,14 +1137,23 @@ class Scenario(_Strict):
                 )
         # secure aggregation is rejected by PrivacySpec until it is implemented; it will need
         # an additive rule (not 'median') here
-        if p.rule == "median" and any(t.period > 1 for t in topo.tiers):
+        for i, t in enumerate(topo.tiers):
+            for nid in t.periods:
+                parsed = _generated(nid)
+                if parsed is None or parsed[0] != t.name or parsed[1] >= t.count:
+                    fail(
+                        f"topology.tiers.{i}.periods.{clip(str(nid))}",
+                        f"{show(nid)} is not a node of tier {t.name!r} "
+                        f"({t.name}-0 .. {t.name}-{t.count - 1})",
+                    )
+        if p.rule == "median" and any(t.max_period() > 1 for t in topo.tiers):
             fail(
                 "protocol.rule",
                 "a tier period > 1 forwards weighted sums; rule 'median' is not a sum",
             )
         if len(topo.tiers) > 1:
             for i, t in enumerate(topo.tiers):
-                if t.period > 1:
+                if t.max_period() > 1:
                     fail(
                         f"topology.tiers.{i}.period",
                         "tier periods > 1 are supported with a single middle tier only",

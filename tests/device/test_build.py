@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedstrata.device.build import build_node, client_seed, tier_timing
+from fedstrata.device.build import build_node, client_seed
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.client import ClientNode
-from fedstrata.scenarios.build import build_federation
+from fedstrata.scenarios.build import build_federation, node_timing
 from fedstrata.scenarios.loader import load_scenario, parse_scenario
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
@@ -32,7 +32,7 @@ name: hierfavg
 seed: 2
 data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 20}}
 topology:
-  tiers: [{name: fog, count: 2, period: 3}]
+  tiers: [{name: fog, count: 2, period: 3, periods: {fog-1: 2}}]
   clients: {count: 4}
 protocol: {rule: weighted, local_iters: 2, deadline_s: 9}
 """
@@ -85,11 +85,22 @@ def test_every_node_is_the_simulators(name, sc):
         assert node.model == sim_node.model and node.protocol == protocol, nid
 
 
-def test_tier_timing_by_hand():
+def test_node_timing_by_hand():
     sc = parse_scenario(TIERS)
-    # cloud 20 s; region its own 7 s; fog 0.8 * 7 / 1
-    assert tier_timing(sc) == {"cloud": (20.0, 1), "region": (7.0, 1), "fog": (0.8 * 7.0, 1)}
-    assert tier_timing(parse_scenario(PERIOD)) == {"cloud": (9.0, 1), "fog": (0.8 * 9 / 3, 3)}
+    # cloud 20 s; regions their own 7 s; fogs 0.8 * 7 / 1
+    fog = (0.8 * 7.0, 1)
+    assert node_timing(sc) == {
+        "cloud": (20.0, 1),
+        "region-0": (7.0, 1),
+        "region-1": (7.0, 1),
+        **{f"fog-{i}": fog for i in range(4)},
+    }
+    # fog-0 takes the tier's period 3, fog-1 its own 2 (HierFAVG per fog group)
+    assert node_timing(parse_scenario(PERIOD)) == {
+        "cloud": (9.0, 1),
+        "fog-0": (0.8 * 9 / 3, 3),
+        "fog-1": (0.8 * 9 / 2, 2),
+    }
 
 
 def test_client_seed_is_the_simulators_formula():

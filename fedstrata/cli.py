@@ -6,6 +6,7 @@ and a non-zero exit code; a Python traceback reaching a user is a bug.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -376,6 +377,68 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+@app.command()
+def study(
+    file: Path = typer.Argument(..., metavar="STUDY", help="A study file (a scenario + study)."),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Folder for the runs and study.csv [default: runs/<study name>]."
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace the records of other runs in --out."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No line per run while it runs."),
+    target_ari: float | None = typer.Option(
+        None, "--target-ari", min=-1.0, max=1.0, help="Override the study's target_ari."
+    ),
+) -> None:
+    """Run a study's variants and seeds (simulated) and compare them in one table."""
+    from fedstrata.analysis.records import OutputError
+    from fedstrata.scenarios.loader import ScenarioErrors
+    from fedstrata.scenarios.study import STUDY_COLUMNS, load_study, run_study
+
+    try:
+        st = load_study(file)
+    except ScenarioErrors as exc:
+        for e in exc.errors:
+            err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(1) from None
+    if target_ari is not None:
+        st = dataclasses.replace(st, target_ari=target_ari)
+    if out_dir is None:
+        out_dir = Path("runs") / file.stem
+    _terminate_like_ctrl_c()
+
+    def progress(name: str, seed: int) -> None:
+        if not quiet:
+            err.print(f"running {name} seed {seed}", highlight=False, markup=False)
+
+    try:
+        result = run_study(st, out_dir, overwrite=overwrite, progress=progress)
+    except OutputError as exc:
+        raise _fail(str(exc), 2) from None
+    from rich.table import Table
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if abs(value) >= 1e6:
+                return f"{value / 1e6:.3g}M"
+            if abs(value) >= 1e4:
+                return f"{value / 1e3:.3g}k"
+            return f"{value:.4g}" if isinstance(value, float) else str(value)
+        return str(value)
+
+    table = Table(show_edge=False, header_style="bold")  # a row per field: variants fit
+    table.add_column("field", no_wrap=True)
+    for row in result["rows"]:
+        table.add_column(row["variant"], justify="right")
+    for col in STUDY_COLUMNS[1:]:
+        table.add_row(col, *(cell(row[col]) for row in result["rows"]))
+    out.print(table)
+    out.print(f"record: {out_dir}", highlight=False, markup=False)
 
 
 @app.command()

@@ -349,7 +349,7 @@ def _clock(summary: Mapping[str, Any]) -> str:
     return "virtual" if summary.get("virtual_time_s") is not None else "wall"
 
 
-def _target(
+def reach_target(
     rows: Sequence[Mapping[str, Any]],
     columns: Sequence[str],
     summary: Mapping[str, Any],
@@ -478,7 +478,7 @@ def compare_many(
                 "name": name,
                 "path": rec["path"],
                 "clock": _clock(s),
-                "target": _target(root, columns, s, target_ari),
+                "target": reach_target(root, columns, s, target_ari),
                 "energy_proxy": _energy(s, costs, default_link_cost),
             }
         )

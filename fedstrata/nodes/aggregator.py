@@ -329,6 +329,8 @@ class AggregatorNode:
             or sub != self.sub
             or not rounds.accepts(staleness)
         ):
+            if 0 <= env.round <= self.round:
+                rounds.observe_late(env.sender, env.round, self._now, nbytes)
             return [Record(kind="late", fields=fields)]
         key = (env.sender, env.round, sub if isinstance(sub, int) else -1)
         if key in self._seen_updates:
@@ -596,6 +598,7 @@ class AggregatorNode:
             if not isinstance(ask, list):
                 raise WireError("body field 'ask' must be a list of node ids")
             return []  # the parent asked others this time
+        self._plan_quorum(body.get("quorum") if phase == "iter" else None)
         if phase == "setup" or self.period == 1:
             return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
         self.global_state, self.extras = self.algorithm.read_model(body)
@@ -603,6 +606,15 @@ class AggregatorNode:
         if "compression" in body:
             down["compression"] = body["compression"]
         return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, down)]
+
+    def _plan_quorum(self, quorum: Any) -> None:
+        """Close this round's collection at a quorum the parent planned (adaptive root)."""
+        if quorum is not None and (
+            isinstance(quorum, bool) or not isinstance(quorum, int | float) or not 0 < quorum <= 1
+        ):
+            raise WireError(f"body field 'quorum' must lie in (0, 1], got {quorum!r}")
+        if isinstance(self.strategy, SyncRounds):
+            self.strategy.planned_quorum = None if quorum is None else float(quorum)
 
     def _publish_up(self, body: dict[str, Any]) -> Publish:
         assert self.parent is not None

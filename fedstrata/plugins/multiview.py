@@ -296,6 +296,41 @@ class _MultiView(Algorithm):
         partial["contributors"] = int(total["contributors"])
         return partial
 
+    def next_state(
+        self,
+        total: dict[str, Any],
+        previous: Any,
+        previous_objective: float,
+        *,
+        tol: float,
+        relative: bool,
+    ) -> Step:
+        """The root's step, by the combined partial's mode.
+
+        ``stats``: the centralised update from summed statistics, converged when
+        |ΔJ| (relative: |ΔJ|/|J|) < tol. ``params``/``items``: Eq. 74-77 from the
+        combined parameters (also what a HierFAVG middle tier forwards under rule
+        ``sum``), converged by Eq. 86.
+        """
+        try:
+            if total["mode"] == "stats":
+                stats = to_stats(total, self.shape)
+                new = state_from_statistics(stats, previous, self.model)
+                J = float(objective(stats, new.view_weights, self.model.alpha))
+                change = abs(previous_objective - J)
+                if relative:
+                    change /= max(abs(previous_objective), 1e-300)
+                return Step(new, J, change < tol, float(stats.n_samples))
+            new = solve_params(total, self.shape, previous)
+        except WireError:
+            return Step(None, math.nan, False, float(total.get("n", 0)))
+        return Step(
+            new,
+            float(total["objective"]),
+            has_converged(previous, new, tol, relative=relative),
+            float(total["n"]),
+        )
+
     def mix(self, old: dict[str, Any], new: dict[str, Any], weight: float) -> dict[str, Any]:
         """Float arrays and the objective interpolated; counts from ``new``."""
         if not self.additive:
@@ -344,27 +379,6 @@ class StatisticsAlgorithm(_MultiView):
         refs = read_references(extras, self.shape) if "refs" in extras else []
         return state.with_scale(scheduled_scale(self.model, refs, iteration))
 
-    def next_state(
-        self,
-        total: dict[str, Any],
-        previous: Any,
-        previous_objective: float,
-        *,
-        tol: float,
-        relative: bool,
-    ) -> Step:
-        """The centralised update from the summed statistics; |ΔJ| (relative) < tol."""
-        try:
-            stats = to_stats(total, self.shape)
-        except WireError:
-            return Step(None, math.nan, False, float(total.get("n", 0)))
-        new = state_from_statistics(stats, previous, self.model)
-        J = float(objective(stats, new.view_weights, self.model.alpha))
-        change = abs(previous_objective - J)
-        if relative:
-            change /= max(abs(previous_objective), 1e-300)
-        return Step(new, J, change < tol, float(stats.n_samples))
-
 
 class ParameterAlgorithm(_MultiView):
     """Rules ``weighted``/``mean``/``median``: local fitting, averaged parameters."""
@@ -393,27 +407,6 @@ class ParameterAlgorithm(_MultiView):
             objective=float(res.objective[0]),
         )
         return params_partial(update, p.rule), learner._flops(int(res.n_iter[0]) + 1)
-
-    def next_state(
-        self,
-        total: dict[str, Any],
-        previous: Any,
-        previous_objective: float,
-        *,
-        tol: float,
-        relative: bool,
-    ) -> Step:
-        """Eq. 74-77 from the combined parameters; Eq. 86 (relative) < tol."""
-        try:
-            new = solve_params(total, self.shape, previous)
-        except WireError:
-            return Step(None, math.nan, False, float(total.get("n", 0)))
-        return Step(
-            new,
-            float(total["objective"]),
-            has_converged(previous, new, tol, relative=relative),
-            float(total["n"]),
-        )
 
 
 def _family(model: MultiViewModel) -> str:

@@ -7,7 +7,9 @@ clients' uplink compression) minimising L_clustering(P) + λ_net · C_communicat
 *observed* from its own message timing (:class:`~fedstrata.protocols.adaptive.NetworkObserver`):
 when it broadcast each version, when and how large each child's reply was. The plan and
 the observations it was made from are returned with the round's close and land in
-``rounds.csv`` (``plan_*`` and ``net_*`` columns).
+``rounds.csv`` (``plan_*`` and ``net_*`` columns). The plan's quorum travels in the
+model message (``quorum``): middle tiers close their own rounds at it as well, so a
+plan speeds up the whole tree rather than the root's wait alone.
 
 Compression is a candidate only where the children are clients (an aggregator forwards
 float64 sums whatever its clients sent) and only the downcasts the algorithm supports
@@ -62,7 +64,7 @@ class AdaptiveRounds(SyncRounds):
         )
         self.plan = Plan(quorum=max(self.quorum, 1e-9), compression="none")
         self.observer = NetworkObserver()
-        self._open: int | None = None
+        self._open: list[int] = []  # versions sent whose misses are not counted yet
         self._samples: dict[str, float] = {}
         self._reply_bytes: float | None = None
         self._decision: dict[str, Any] = {}
@@ -99,15 +101,22 @@ class AdaptiveRounds(SyncRounds):
 
     def open(self, version: int, now: float) -> tuple[list[str] | None, dict[str, Any]]:
         """Close the observer's last version, choose the plan, ask."""
-        if self._open is not None:
-            self.observer.closed(self._open)
+        # a version counts its misses one version late: a round that closed at its
+        # quorum has stragglers still on their way, which are delays, not losses
+        if len(self._open) >= 2:
+            self.observer.closed(self._open.pop(0))
         self._choose()
         ask, extra = super().open(version, now)
         self.observer.sent(version, now, self.asked)
-        self._open = version
+        self._open.append(version)
+        extra = {**extra, "quorum": self.plan.quorum}  # middle tiers close at it too
         if self.plan.compression != "none":
             extra = {**extra, "compression": self.plan.compression}
         return ask, extra
+
+    def observe_late(self, sender: str, version: int, now: float, nbytes: int) -> None:
+        """A straggler's reply: its delay still counts."""
+        self.observer.received(sender, version, now, nbytes)
 
     def offer(self, c: Contribution) -> bool:
         """Observe the reply's timing and size, then collect it."""

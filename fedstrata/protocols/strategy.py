@@ -119,6 +119,15 @@ class Strategy(ABC):
     def offer(self, c: Contribution) -> bool:
         """Take a valid reply; True when the round should close now."""
 
+    def observe_late(  # noqa: B027 - an optional hook: most strategies ignore stragglers
+        self, sender: str, version: int, now: float, nbytes: int
+    ) -> None:
+        """A child's reply came too late to be used (default: ignored).
+
+        Its timing is still information about the network (the adaptive protocol
+        learns its slow children's delays from it).
+        """
+
     @abstractmethod
     def close(self, algorithm: Algorithm, *, deadline: bool) -> Closing:
         """Close the round (``deadline``: its timer fired) and reset for the next."""

@@ -63,13 +63,23 @@ class SyncRounds(Strategy):
         self.want = len(self.children)
         self._received: dict[str, dict[str, Any]] = {}
         self._ledger: Ledger | None = None
+        #: Set per round by a middle tier from its parent's model (``quorum`` field).
+        self.planned_quorum: float | None = None
 
     def wanted(self) -> int:
         """Replies a round wants (k)."""
         return max(1, math.ceil(self.sample * len(self.children) - 1e-9))
 
     def target(self) -> int:
-        """Replies at which the round closes before its deadline."""
+        """Replies at which the round closes before its deadline.
+
+        A quorum planned upstream (:attr:`planned_quorum`, from an adaptive root's
+        model message) closes the round like ``drop`` at that share of the wanted
+        replies (never below the round's own quorum).
+        """
+        if self.planned_quorum is not None:
+            planned = math.ceil(self.planned_quorum * self.want - 1e-9)
+            return max(self.need_of(self.want), min(planned, self.want))
         if self.stragglers == "wait":
             return self.want
         return self.need_of(self.want)

@@ -86,7 +86,21 @@ class FedAsync(Strategy):
         self._asked_at: dict[str, float] = {}
         self._next: set[str] | None = None  # None: everyone
         self._merged: dict[str, int] = {}  # the newest version merged per child
+        self._versions = 0  # closes that merged something
+        self._last_join = 0  # the close at which the newest child got its first share
         self._superseded = 0
+
+    def settled(self) -> bool:
+        """Every child has a share, or none has joined for a whole epoch of versions.
+
+        A child silent for as many versions as there are children (crashed,
+        partitioned) no longer holds the stopping tests back.
+        """
+        if self._ledger is None:
+            return False
+        if len(self._ledger.shares) >= len(self.children):
+            return True
+        return self._versions - self._last_join >= len(self.children)
 
     def weight(self, staleness: int) -> float:
         """α · s(staleness)."""
@@ -133,7 +147,10 @@ class FedAsync(Strategy):
             self._next = None if deadline else self._next  # nothing came: ask everyone again
             return Closing(None, 0, 1)
         weights = []
+        self._versions += 1
         for c in pending:
+            if c.sender not in self._ledger.shares:
+                self._last_join = self._versions
             w = self.weight(c.staleness)
             weights.append(w)
             self._ledger.put(c.sender, c.body, w)

@@ -119,6 +119,15 @@ class Strategy(ABC):
     def offer(self, c: Contribution) -> bool:
         """Take a valid reply; True when the round should close now."""
 
+    def settled(self) -> bool:
+        """Whether the model stands for the whole federation yet (default: always).
+
+        The root's stopping tests (tol, plateau) wait for it: an asynchronous model
+        built from a few children's shares may look still while the rest are on their
+        way.
+        """
+        return True
+
     def observe_late(  # noqa: B027 - an optional hook: most strategies ignore stragglers
         self, sender: str, version: int, now: float, nbytes: int
     ) -> None:

@@ -9,7 +9,7 @@ Nothing here does I/O. The module holds
 * exact control packet sizes (MQTT 3.1.1 §2-§3, MQTT 5.0 §2-§3) so that byte
   counts in simulated and real runs are the bytes a broker would carry;
 * :class:`Will`, the last-will message of a session (MQTT 3.1.1 §3.1.2.5);
-* fedstrata's topic scheme (``fs/{run}/{tier}/{group}/up`` and friends).
+* fedstrata's topic scheme (``fs/{run}/{tier}/{group}/up|down|config`` and friends).
 
 Section numbers refer to MQTT Version 3.1.1 (OASIS Standard, 29 October 2014)
 unless marked "MQTT 5", which refers to MQTT Version 5.0 (OASIS Standard,
@@ -31,6 +31,7 @@ __all__ = [
     "PROTOCOL_MQTT311",
     "TopicTree",
     "Will",
+    "config_topic",
     "connack_size",
     "connect_packet_size",
     "down_topic",
@@ -615,6 +616,16 @@ def up_topic(run: str, tier: str, group: str | int) -> str:
 def down_topic(run: str, tier: str, group: str | int) -> str:
     """Return ``fs/{run}/{tier}/{group}/down``: the aggregator publishes (retained) state here."""
     return group_prefix(run, tier, group) + "down"
+
+
+def config_topic(run: str, tier: str, group: str | int) -> str:
+    """Return ``fs/{run}/{tier}/{group}/config``: the group's run configuration (retained).
+
+    What every model of the run needs besides the model itself (the algorithm's
+    extras, such as the heat-kernel references), published once by the root and
+    relayed by each middle tier to its own group.
+    """
+    return group_prefix(run, tier, group) + "config"
 
 
 def presence_topic(run: str, node: str) -> str:

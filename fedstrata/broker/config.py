@@ -7,19 +7,21 @@ Pure text generation: ``fedstrata broker config`` writes the files.
 
 Access rules (``acl_file``), with every client logging in with its node id as user
 name (``client-0``, ``fog-1``, ``cloud``) and the topic scheme of
-:mod:`fedstrata.mqtt` (``fs/{run}/{tier}/{group}/up|down``, the group being the
-aggregator's node id, and ``fs/{run}/presence/{node}``); the run id is any
+:mod:`fedstrata.mqtt` (``fs/{run}/{tier}/{group}/up|down|config``, the group being
+the aggregator's node id, and ``fs/{run}/presence/{node}``); the run id is any
 (``+``), since every run gets a fresh one:
 
 * for everyone (``pattern`` lines, ``%u`` the user name): an aggregator reads its
-  own group's ``up`` (``fs/+/+/%u/up``) and writes its own group's ``down``
-  (``fs/+/+/%u/down``); every node writes its own presence (``fs/+/presence/%u``);
+  own group's ``up`` (``fs/+/+/%u/up``) and writes its own group's ``down`` and
+  ``config`` (``fs/+/+/%u/down``, ``fs/+/+/%u/config``: the models and the run's
+  configuration); every node writes its own presence (``fs/+/presence/%u``);
 * per node (``user`` sections, from the scenario's topology): a node with parent
-  ``P`` of tier ``T`` writes ``fs/+/T/P/up`` and reads ``fs/+/T/P/down``; an
-  aggregator reads its children's presence topics.
+  ``P`` of tier ``T`` writes ``fs/+/T/P/up`` and reads ``fs/+/T/P/down`` and
+  ``fs/+/T/P/config``; an aggregator reads its children's presence topics.
 
 Anything else is denied: a client cannot publish another group's ``up``, any
-``down``, or someone else's presence, and reads nothing but its parent's ``down``.
+``down`` or ``config``, or someone else's presence, and reads nothing but its
+parent's ``down`` and ``config``.
 With MQTT 3.1.1 a denied PUBLISH is acknowledged and silently dropped; a denied
 read means the message is simply not delivered.
 """
@@ -93,11 +95,12 @@ def acl_text(
 
     """
     lines = [
-        "# fedstrata ACL: user name = node id; topics fs/{run}/{tier}/{group}/up|down",
+        "# fedstrata ACL: user name = node id; topics fs/{run}/{tier}/{group}/up|down|config",
         "# and fs/{run}/presence/{node}; '+' matches any run id.",
-        "# aggregators: read their group's up, write their group's down",
+        "# aggregators: read their group's up, write their group's down and config",
         "pattern read fs/+/+/%u/up",
         "pattern write fs/+/+/%u/down",
+        "pattern write fs/+/+/%u/config",
         "# everyone: write its own presence",
         "pattern write fs/+/presence/%u",
         "",
@@ -124,6 +127,7 @@ def acl_text(
             section += [
                 f"topic write fs/+/{tier}/{parent}/up",
                 f"topic read fs/+/{tier}/{parent}/down",
+                f"topic read fs/+/{tier}/{parent}/config",
             ]
         section += [
             f"topic read fs/+/presence/{c}" for c in sorted(children.get(node, []), key=_natural)
@@ -150,7 +154,8 @@ def bridge_text(
     """Return the bridge section connecting ``site``'s broker to the broker at ``remote``.
 
     With ``cloud_id`` only what a fog site exchanges with its parent crosses: the
-    parent group's ``up`` (out), its ``down`` (in) and the site's presence (out);
+    parent group's ``up`` (out), its ``down`` and ``config`` (in) and the site's
+    presence (out);
     without it every topic of the run (``fs/{run}/#``) is bridged both ways.
     The remote broker sees the bridge as the user ``remote_username`` (the site's
     node id by default), so its ACL for that node applies to the bridge.
@@ -178,6 +183,7 @@ def bridge_text(
         lines += [
             f"topic {group}/up out 1",
             f"topic {group}/down in 1",
+            f"topic {group}/config in 1",
             f"topic fs/{run}/presence/{site} out 1",
         ]
     return "\n".join(lines) + "\n"

@@ -2,9 +2,12 @@
 
 Root (no parent): broadcasts the model of each round on its ``down`` topic
 (retained), collects its children's partial updates on ``up`` until all arrived or
-the deadline fires, combines them and decides to go on or stop.
+the deadline fires, combines them and decides to go on or stop. The algorithm's
+extras from the setup round go out once, retained, on its ``config`` topic
+(:mod:`fedstrata.nodes.runconfig`); models name them by id.
 
-Middle tier (has a parent): relays the parent's model to its children, sums their
+Middle tier (has a parent): relays the parent's model to its children, and the
+parent's configuration to its own ``config`` topic, sums their
 partials and forwards one partial upwards. With ``period = k > 1`` it runs k
 aggregation rounds with its own children per parent round (HierFAVG; FedHK-MVFC paper
 §7.3, Eq. 136-137) and forwards its subtree model as an n-weighted parameter update.
@@ -31,7 +34,7 @@ import numpy as np
 
 from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.mqtt import down_topic, up_topic
+from fedstrata.mqtt import config_topic, down_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
@@ -49,6 +52,13 @@ from fedstrata.nodes.events import (
     TimerFired,
 )
 from fedstrata.nodes.messages import Shape
+from fedstrata.nodes.runconfig import (
+    CONFIG_FIELD,
+    config_id,
+    config_payload,
+    model_config,
+    read_config,
+)
 from fedstrata.protocols import strategy_for
 from fedstrata.protocols.strategy import Closing, Contribution, Strategy
 from fedstrata.protocols.sync import SyncRounds
@@ -172,6 +182,8 @@ class AggregatorNode:
         self.global_state = init_state
         self._fixed_init = init_state is not None
         self.extras: dict[str, Any] = {}
+        self.config_id: str | None = None  # id of the configuration (extras) in force
+        self._waiting: wire.Envelope | None = None  # period > 1: a model awaiting its config
         self.round = -1  # envelope round (model version) being collected
         self.sub = 0
         self.phase = ""
@@ -196,6 +208,8 @@ class AggregatorNode:
             up_topic(protocol.run, tier, node_id),
             down_topic(protocol.run, tier, node_id),
             None if parent is None else up_topic(protocol.run, parent.tier, parent.group),
+            config_topic(protocol.run, tier, node_id),
+            None if parent is None else config_topic(protocol.run, parent.tier, parent.group),
         )
 
     @property
@@ -205,7 +219,7 @@ class AggregatorNode:
 
     @property
     def refs(self) -> dict[str, Any] | None:
-        """The extra body fields every model carries after setup (None before)."""
+        """The algorithm's extras after setup (the run's configuration; None before)."""
         return self.extras or None
 
     @property
@@ -240,6 +254,7 @@ class AggregatorNode:
             self.state = AggregatorState.WAITING
             return [
                 *subs,
+                Subscribe(pattern=self._topics[4], qos=self.protocol.qos),
                 Subscribe(
                     pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group),
                     qos=self.protocol.qos,
@@ -258,6 +273,8 @@ class AggregatorNode:
                 env = wire.decode(event.payload)
                 if event.topic == self._up():
                     return self._on_update(env, len(event.payload))
+                if event.topic == self._topics[4]:
+                    return self._on_parent_config(env)
                 return self._on_parent_model(env)
             except WireError as exc:
                 return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
@@ -273,7 +290,22 @@ class AggregatorNode:
             if self.is_root and phase == "iter":  # the schedule of the iteration it is for
                 state = self.algorithm.at_iteration(state, self._successes + 1, self.extras)
             body.update(self.algorithm.model_body(state, {} if phase == "setup" else self.extras))
+            if phase != "setup" and self.config_id is not None:
+                body[CONFIG_FIELD] = self.config_id
         return body
+
+    def _publish_config(self, round_: int) -> Publish:
+        """The configuration in force, retained on this group's ``config`` topic."""
+        assert self.config_id is not None
+        payload = config_payload(
+            run=self.protocol.run,
+            round_=round_,
+            tier=self.tier,
+            sender=self.node_id,
+            cid=self.config_id,
+            extras=self.extras,
+        )
+        return Publish(topic=self._topics[3], payload=payload, qos=self.protocol.qos, retain=True)
 
     def _broadcast(
         self, round_: int, body: dict[str, Any], *, collect: bool = True
@@ -434,15 +466,19 @@ class AggregatorNode:
             converged = step.converged
             if self.protocol.tol_mode == "per_sample":
                 converged = abs(per_sample - self._prev_per_sample) < self.protocol.tol
-            self.converged = converged
-            self._track_plateau(per_sample)
+            settled = self.strategy.settled()  # e.g. async: every child counted once
+            self.converged = converged and settled
+            if settled:
+                self._track_plateau(per_sample)
             self._prev_objective = J
             self._prev_per_sample = per_sample
             self.global_state = new
             record.update(objective=J)
         else:
             self._failed_streak += 1
-        record.update(converged=self.converged, state=self.global_state)
+        # the model as it is used: with the schedule of the iteration that fitted it
+        shown = self.algorithm.at_iteration(self.global_state, max(self._successes, 1), self.extras)
+        record.update(converged=self.converged, state=shown)
         effects: list[Effect] = [Record(kind="round", fields=record)]
         end = self._end_reason()
         if end is not None:
@@ -538,8 +574,13 @@ class AggregatorNode:
                 ]
             return head + self._broadcast(self.round + 1, self._model_body("setup", None))
         self._failed_streak = 0
+        config: list[Effect] = []
+        if self.extras:  # sent once, before the first model that needs it
+            self.config_id = config_id(self.extras)
+            config.append(self._publish_config(self.round + 1))
         return [
             Record(kind="init", fields={"node": self.node_id, "state": self.global_state}),
+            *config,
             *self._broadcast(self.round + 1, self._model_body("iter", self.global_state)),
         ]
 
@@ -578,6 +619,19 @@ class AggregatorNode:
 
     # -- middle tier -----------------------------------------------------------------
 
+    def _on_parent_config(self, env: wire.Envelope) -> list[Effect]:
+        """Take the parent's configuration and relay it to this group (retained)."""
+        cid, extras = read_config(env)
+        if cid == self.config_id:
+            return [Record(kind="duplicate", fields={"node": self.node_id, "round": env.round})]
+        self.config_id, self.extras = cid, extras
+        effects: list[Effect] = [self._publish_config(env.round)]
+        waiting = self._waiting
+        if waiting is not None and model_config(waiting.body) == cid:
+            self._waiting = None
+            effects += self._take_parent_model(waiting)
+        return effects
+
     def _on_parent_model(self, env: wire.Envelope) -> list[Effect]:
         if env.kind != "model":
             raise WireError(f"expected a model from the parent, got {env.kind!r}")
@@ -587,6 +641,10 @@ class AggregatorNode:
         if key in self._seen_models:
             return [Record(kind="duplicate", fields={"node": self.node_id, "round": env.round})]
         self._seen_models.add(key)
+        return self._take_parent_model(env)
+
+    def _take_parent_model(self, env: wire.Envelope) -> list[Effect]:
+        body = env.body
         phase = body.get("phase")
         if phase == "final":
             self.state = AggregatorState.DONE
@@ -598,10 +656,18 @@ class AggregatorNode:
             if not isinstance(ask, list):
                 raise WireError("body field 'ask' must be a list of node ids")
             return []  # the parent asked others this time
+        if phase == "iter" and self.period > 1:
+            cid = model_config(body)
+            if cid is not None and cid != self.config_id:  # its own models need the extras
+                if self._waiting is None or env.round >= self._waiting.round:
+                    self._waiting = env
+                return []
         self._plan_quorum(body.get("quorum") if phase == "iter" else None)
         if phase == "setup" or self.period == 1:
             return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
-        self.global_state, self.extras = self.algorithm.read_model(body)
+        self.global_state, extras = self.algorithm.read_model(body)
+        if self.config_id is None:  # extras in the body itself (a plug-in's own choice)
+            self.extras = extras
         down = self._model_body("iter", self.global_state, sub=1)
         if "compression" in body:
             down["compression"] = body["compression"]

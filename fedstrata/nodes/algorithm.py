@@ -65,6 +65,17 @@ class Learner(ABC):
     def setup(self) -> tuple[dict[str, Any], float]:
         """The body answering the setup round, and the flops it cost."""
 
+    def configure(self, extras: dict[str, Any]) -> None:
+        """Take the run's extras (:meth:`Algorithm.after_setup`), sent once per run.
+
+        Called when the configuration arrives, before any model that needs it reaches
+        :meth:`update` or :meth:`finish` (the client holds such a model until then);
+        again if a new configuration replaces it. Raise
+        :class:`~fedstrata.errors.WireError` to refuse malformed extras (the previous
+        ones stay). The default ignores them: a plug-in without extras needs nothing.
+        """
+        return None
+
     @abstractmethod
     def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """The partial answering a model body (an ``iter`` round), and its flops."""
@@ -119,9 +130,12 @@ class Algorithm(ABC):
     ) -> tuple[Any | None, dict[str, Any], bool]:
         """Root: from the merged setup, (initial state, extras, complete).
 
-        ``state`` is the fixed initial model, if any. ``extras`` are body fields every
-        later model message carries (the heat-kernel references); ``complete`` is
-        False when the setup must be repeated (a view nobody reported).
+        ``state`` is the fixed initial model, if any. ``extras`` is what every later
+        model needs but never changes (the heat-kernel references): opaque to the
+        nodes, sent once per run as its configuration (:mod:`fedstrata.nodes.
+        runconfig`), handed to each client's :meth:`Learner.configure` and to
+        :meth:`model_body`/:meth:`at_iteration`; ``{}``: no configuration.
+        ``complete`` is False when the setup must be repeated (a view nobody reported).
         """
 
     # -- rounds ------------------------------------------------------------------------
@@ -184,11 +198,19 @@ class Algorithm(ABC):
 
     @abstractmethod
     def model_body(self, state: Any, extras: dict[str, Any]) -> dict[str, Any]:
-        """Body fields of a global model (``extras`` from :meth:`after_setup` included)."""
+        """Body fields of a global model.
+
+        ``extras`` (from :meth:`after_setup`) travel separately, once, as the run's
+        configuration: do not copy them into the body (every model would carry them).
+        """
 
     @abstractmethod
     def read_model(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """A middle tier's view of its parent's model body: (state, extras)."""
+        """A middle tier's view of its parent's model body: (state, extras).
+
+        The extras are those the body itself carries (``{}`` when they come with the
+        run's configuration, which the node then uses).
+        """
 
 
 Factory = Callable[[Any, Any, Any], Algorithm]

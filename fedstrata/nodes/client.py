@@ -1,10 +1,16 @@
 """The edge client: holds local views, answers each round's model with an update.
 
 Sans-IO: :meth:`ClientNode.handle` takes an event and returns effects.
+
+A client subscribes to its parent's ``down`` topic (the models) and ``config`` topic
+(the run's configuration, :mod:`fedstrata.nodes.runconfig`). A model that names a
+configuration the client does not have yet is kept (the newest one) and answered as
+soon as that configuration arrives.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any
@@ -13,7 +19,7 @@ import numpy as np
 
 from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.mqtt import down_topic, up_topic
+from fedstrata.mqtt import config_topic, down_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
@@ -30,8 +36,56 @@ from fedstrata.nodes.events import (
     TimerFired,
 )
 from fedstrata.nodes.messages import Shape
+from fedstrata.nodes.runconfig import model_config, read_config
 
-__all__ = ["ClientNode", "ClientState"]
+__all__ = ["ClientNode", "ClientState", "decode_shared"]
+
+# Clients of one process (a simulation, an in-process MQTT run) receive the same model
+# payload many times: it is parsed once and each client gets its own copy of the body.
+_SHARED: dict[bytes, wire.Envelope] = {}
+_SHARED_ENTRIES = 512  # more than the groups broadcasting at once in a large run
+_SHARED_MAX_BYTES = 16 * 1024  # larger payloads: parsing is dominated by copying anyway
+_SHARED_LOCK = threading.Lock()
+
+
+def decode_shared(payload: bytes) -> wire.Envelope:
+    """``wire.decode(payload)``, parsed once per process for small payloads.
+
+    The envelope returned is the caller's own: its body's dicts, lists and arrays are
+    fresh copies (as :func:`wire.decode` makes them), so changing it changes nothing
+    for the next caller. Payloads that do not decode are not cached (WireError each
+    time).
+    """
+    if type(payload) is not bytes or len(payload) > _SHARED_MAX_BYTES:
+        return wire.decode(payload)
+    env = _SHARED.get(payload)
+    if env is None:
+        env = wire.decode(payload)
+        with _SHARED_LOCK:
+            if len(_SHARED) >= _SHARED_ENTRIES:  # oldest first: deliveries of one come together
+                del _SHARED[next(iter(_SHARED))]
+            _SHARED[payload] = env
+    return wire.Envelope(
+        v=env.v,
+        kind=env.kind,
+        run=env.run,
+        round=env.round,
+        tier=env.tier,
+        sender=env.sender,
+        body=_fresh(env.body),
+    )
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a decoded value: new dicts, lists and arrays (scalars are immutable)."""
+    t = type(value)
+    if t is dict:
+        return {k: _fresh(v) for k, v in value.items()}
+    if t is list:
+        return [_fresh(v) for v in value]
+    if t is np.ndarray:
+        return value.copy()
+    return value
 
 
 class ClientState(Enum):
@@ -104,6 +158,9 @@ class ClientNode:
         self._seen: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
         self._up_topic = up_topic(protocol.run, parent.tier, parent.group)
+        self._config_topic = config_topic(protocol.run, parent.tier, parent.group)
+        self.config_id: str | None = None  # the run configuration the learner holds
+        self._waiting: wire.Envelope | None = None  # a model whose configuration is due
 
     @property
     def n_samples(self) -> int:
@@ -119,10 +176,11 @@ class ClientNode:
                 raise NodeProtocolError("Started not allowed after start")
             self.state = ClientState.RUNNING
             return [
+                Subscribe(pattern=self._config_topic, qos=self.protocol.qos),
                 Subscribe(
                     pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group),
                     qos=self.protocol.qos,
-                )
+                ),
             ]
         if self.state is ClientState.NEW:
             raise NodeProtocolError(f"{type(event).__name__} not allowed before Started")
@@ -130,7 +188,9 @@ class ClientNode:
             return []
         if isinstance(event, Delivered):
             try:
-                env = wire.decode(event.payload)
+                env = decode_shared(event.payload)
+                if event.topic == self._config_topic:
+                    return self._on_config(env)
                 return self._on_model(env)
             except WireError as exc:
                 return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
@@ -183,6 +243,19 @@ class ClientNode:
             raise WireError("body field 'ask' must be a list of node ids")
         return self.node_id in ask
 
+    def _on_config(self, env: wire.Envelope) -> list[Effect]:
+        """Hand the run's configuration to the learner; answer a model that waited for it."""
+        cid, extras = read_config(env)
+        if cid == self.config_id:  # QoS 1 duplicate, retained replay, a relay restarted
+            return [Record(kind="duplicate", fields={"node": self.node_id, "round": env.round})]
+        self.learner.configure(extras)  # WireError: refused, the previous one stays
+        self.config_id = cid
+        waiting = self._waiting
+        if waiting is None or model_config(waiting.body) != cid:
+            return []
+        self._waiting = None
+        return self._answer(waiting)
+
     def _on_model(self, env: wire.Envelope) -> list[Effect]:
         if env.kind != "model":
             raise WireError(f"a client expects model messages, got {env.kind!r}")
@@ -195,12 +268,25 @@ class ClientNode:
         if key in self._seen:  # QoS 1 duplicate or retained replay
             return [Record(kind="duplicate", fields={"node": self.node_id, "round": env.round})]
         self._seen.add(key)
+        if phase != "final":
+            if phase not in ("setup", "iter"):
+                raise WireError(f"unknown model phase {phase!r}")
+            if not self._asked(body):
+                return []
+        cid = None if phase == "setup" else model_config(body)
+        if cid is not None and cid != self.config_id:  # keep the newest until it comes
+            if self._waiting is None or env.round >= self._waiting.round:
+                self._waiting = env
+            return []
+        return self._answer(env)
+
+    def _answer(self, env: wire.Envelope) -> list[Effect]:
+        """Answer a model (asked, with its configuration in place)."""
+        body = env.body
+        phase = body["phase"]
+        sub = body.get("sub", 0)
         if phase == "final":
             return self._finish(env.round, body)
-        if phase not in ("setup", "iter"):
-            raise WireError(f"unknown model phase {phase!r}")
-        if not self._asked(body):
-            return []
         if phase == "setup":
             reply, flops = self.learner.setup()
             return [Compute(flops=flops), self._publish(env.round, reply)]

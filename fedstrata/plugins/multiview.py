@@ -15,12 +15,28 @@ ways of federating it, chosen by the protocol's combine rule:
 
 Both open with a setup round: clients report their per-view min/max/sum (the pooled
 heat-kernel reference, with ``kernel_scope: global``) and k-means++ candidates from
-which the root seeds the initial centres.
+which the root seeds the initial centres. The pooled references are the plug-in's
+*extras*: the nodes send them once per run as its configuration
+(:mod:`fedstrata.nodes.runconfig`) and each client prepares its views under them once
+(:meth:`MultiViewLearner.configure`); model bodies carry only the state.
+
+Lean path. A client with few samples spends more time on per-call overhead than on
+its arithmetic, and every client of a round reads the same global model:
+
+* the parsed, validated model is kept per process, keyed by its exact bytes
+  (:func:`read_global`), so each distinct model is checked once per process, and so
+  are its per-view constants (the coefficient rows of the distance GEMM, v^α);
+* a client with at most :data:`LEAN_MAX_SAMPLES` samples computes its statistics
+  with :func:`lean_statistics`: the numpy operations of
+  :func:`~fedstrata.algorithms.multiview.local_statistics` on the same numbers in the
+  same order (hence the same bits), without the batch axis and the scratch workspace
+  that pay off for large clients only.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,12 +44,16 @@ import numpy as np
 
 from fedstrata.algorithms.combine import ParamUpdate, has_converged, personalize
 from fedstrata.algorithms.fit import fit_batched
-from fedstrata.algorithms.kernels import kernel_reference
-from fedstrata.algorithms.multiview import (
+from fedstrata.algorithms.kernels import KernelReference, kernel_reference
+from fedstrata.algorithms.multiview import (  # the private helpers: see lean_statistics
     MultiViewModel,
     PreparedViews,
     State,
+    _paper_sums,
+    _sum_products,
+    _weighted_sums,
     local_statistics,
+    memberships,
     objective,
     prepare_views,
     state_from_statistics,
@@ -60,27 +80,213 @@ from fedstrata.nodes.messages import (
     to_stats,
 )
 
-__all__ = ["MultiViewLearner", "ParameterAlgorithm", "StatisticsAlgorithm", "multiview_algorithm"]
+__all__ = [
+    "LEAN_MAX_SAMPLES",
+    "GlobalModel",
+    "MultiViewLearner",
+    "ParameterAlgorithm",
+    "StatisticsAlgorithm",
+    "lean_statistics",
+    "multiview_algorithm",
+    "read_global",
+]
+
+#: Clients with at most this many samples take the lean client step (rule ``sum``).
+LEAN_MAX_SAMPLES = 256
+
+_F64 = np.dtype(np.float64)
 
 
-def _raw_refs_key(field: Any) -> bytes | None:
-    """Bytes identifying a ``refs`` body field without validating it (None if malformed)."""
-    if not isinstance(field, list):
+class GlobalModel:
+    """A parsed global model and the constants every client step under it reuses.
+
+    ``state`` is batched (one restart) and read-only: one object serves every reader
+    of the same model in the process (:func:`read_global`).
+    """
+
+    __slots__ = ("_coefs", "_va", "state")
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self._coefs: tuple[np.ndarray, ...] | None = None
+        self._va: dict[float, np.ndarray] = {}
+
+    def coefs(self) -> tuple[np.ndarray, ...]:
+        """Per view the rows [-a², 2a, -1] (times the view's scale) of the φ GEMM, (c, 2d+1).
+
+        Built exactly as :func:`fedstrata.algorithms.multiview._neg_phi` builds them.
+        """
+        if self._coefs is None:
+            out = []
+            scale = self.state.view_scale
+            for g, A in enumerate(self.state.centers):
+                A = A[0]
+                d = A.shape[-1]
+                coef = np.empty((*A.shape[:-1], 2 * d + 1))
+                np.multiply(A, A, out=coef[..., :d])
+                np.negative(coef[..., :d], out=coef[..., :d])
+                np.multiply(A, 2.0, out=coef[..., d : 2 * d])
+                coef[..., 2 * d] = -1.0
+                if scale is not None:
+                    coef *= scale[0, g]
+                coef.flags.writeable = False
+                out.append(coef)
+            self._coefs = tuple(out)
+        return self._coefs
+
+    def va(self, alpha: float) -> np.ndarray:
+        """The view weights to the power α, (H,)."""
+        got = self._va.get(alpha)
+        if got is None:
+            got = self.state.view_weights[0] ** alpha
+            got.flags.writeable = False
+            self._va[alpha] = got
+        return got
+
+
+# Parsed global models by (shape, exact bytes of their arrays): every client of a round
+# reads the same model. Their arrays are private, read-only copies, so no reader can
+# change what the next one gets.
+_GLOBALS: dict[tuple[Shape, bytes], GlobalModel] = {}
+_GLOBALS_ENTRIES = 64
+_GLOBALS_LOCK = threading.Lock()
+
+
+def _is_f64(a: Any, shape: tuple[int, ...]) -> bool:
+    return type(a) is np.ndarray and a.dtype == _F64 and a.shape == shape
+
+
+def _model_key(body: dict[str, Any], shape: Shape) -> bytes | None:
+    """The exact bytes of a model body's state fields (its cache key).
+
+    None unless they are all float64 arrays of the right shapes: such a body is read
+    and checked the long way.
+    """
+    centers = body.get("centers")
+    if type(centers) is not list or len(centers) != shape.n_views:
         return None
     parts: list[bytes] = []
-    for item in field:
-        if item is None:
-            parts.append(b"-")
-            continue
-        if not isinstance(item, dict):
+    for a, d in zip(centers, shape.dims, strict=True):
+        if not _is_f64(a, (shape.n_clusters, d)):
             return None
-        for name in ("min", "max", "sum"):
-            arr = item.get(name)
-            if not isinstance(arr, np.ndarray):
-                return None
-            parts += [arr.dtype.str.encode(), repr(arr.shape).encode(), arr.tobytes()]
-        parts.append(repr(item.get("count")).encode())
-    return b"|".join(parts)
+        parts.append(a.tobytes())
+    v = body.get("view_weights")
+    if not _is_f64(v, (shape.n_views,)):
+        return None
+    parts.append(v.tobytes())
+    if "view_scale" in body:
+        scale = body["view_scale"]
+        if not _is_f64(scale, (shape.n_views,)):
+            return None
+        parts += [b"s", scale.tobytes()]  # fixed sizes: with or without a scale never collide
+    return b"".join(parts)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    out.flags.writeable = False
+    return out
+
+
+def global_model(body: dict[str, Any], shape: Shape) -> GlobalModel:
+    """The body's global model (see :func:`read_global`) with its reusable constants."""
+    key = _model_key(body, shape)
+    if key is not None:
+        hit = _GLOBALS.get((shape, key))
+        if hit is not None:
+            return hit
+    state = read_state(body, shape).batched()
+    scale = None if state.view_scale is None else _frozen(state.view_scale)
+    got = GlobalModel(
+        State(tuple(_frozen(a) for a in state.centers), _frozen(state.view_weights), scale)
+    )
+    if key is not None:
+        with _GLOBALS_LOCK:
+            if len(_GLOBALS) >= _GLOBALS_ENTRIES:
+                del _GLOBALS[next(iter(_GLOBALS))]
+            _GLOBALS[(shape, key)] = got
+    return got
+
+
+def read_global(body: dict[str, Any], shape: Shape) -> State:
+    """The body's global model as a batch of one (:func:`read_state`, then ``batched``).
+
+    Cached per process by the exact bytes of the state's arrays: a model already read
+    is not checked again. The arrays of the returned state are read-only (shared with
+    every later reader of the same model). Raises WireError like :func:`read_state`.
+    """
+    return global_model(body, shape).state
+
+
+def lean_statistics(
+    pv: PreparedViews, glob: GlobalModel, model: MultiViewModel
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, float]:
+    """``local_statistics(pv, glob.state, model)`` of a small client, and its objective.
+
+    Returns the per-view ``num`` and ``den`` sums (c, d_h), the view costs (H,), the
+    cluster masses (c,) and J: the values of the engine's ``Stats.take(0)`` and
+    ``objective(...)[0]``, bit for bit. It runs the engine's operations on the same
+    numbers in the same order; only the batch axis of one restart is left out (numpy
+    then takes the same loops) and the coefficient rows and v^α come precomputed from
+    ``glob``. A property test compares the two on random clients and models.
+    """
+    state = glob.state
+    c, n, H = model.n_clusters, pv.n_samples, pv.n_views
+    update = "mean" if model.distance == "euclidean" else model.center_update
+    coefs, va = glob.coefs(), glob.va(model.alpha)
+    scales = None if state.view_scale is None else state.view_scale[0]
+    dist: list[np.ndarray] = []
+    expo: list[np.ndarray | None] = []
+    shared: list[bool] = []
+    W = np.empty((c, n))
+    for h, g in enumerate(pv.view_ids):
+        sh = update == "paper" and (model.kernel == "none" or pv.views[h].shape[1] == 1)
+        e: np.ndarray | None = np.matmul(coefs[g], pv._gemm_rows[0][h])  # -φ (times scale)
+        assert e is not None
+        if update == "mean":
+            d = np.negative(e, out=e)
+            e = None
+        else:
+            np.exp(e, out=e)
+            keep = update in ("exact", "derivation") or sh
+            d = np.subtract(1.0, e) if keep else np.subtract(1.0, e, out=e)
+            if not keep:
+                e = None
+        dist.append(d)
+        expo.append(e)
+        shared.append(sh)
+        if h == 0:
+            np.multiply(d, va[g], out=W)
+        else:
+            W += np.multiply(d, va[g])
+    np.maximum(W, 0.0, out=W)
+    U = memberships(W, model.m, model.membership)
+    if model.membership == "hard":
+        Um = U
+    elif model.m == 2.0:
+        Um = np.multiply(U, U)
+    else:
+        Um = np.power(U, model.m)
+    costs = np.zeros(H)
+    nums = [np.zeros((c, a.shape[-1])) for a in state.centers]
+    dens = [np.zeros((c, a.shape[-1])) for a in state.centers]
+    for h, g in enumerate(pv.view_ids):
+        costs[g] = _sum_products(Um, dist[h], out=dist[h])
+        if update == "paper" and not shared[h]:  # Eq. 16/44: one exp per feature
+            scale = None if scales is None else scales[g]
+            spare = [np.empty((c, n)), np.empty((c, n))]
+            nums[g], dens[g] = _paper_sums(pv, h, state.centers[g][0], Um, scale, spare)
+            continue
+        e = expo[h]
+        G = Um if e is None else np.multiply(e, Um, out=e)
+        if update in ("derivation", "paper"):
+            nums[g] = _weighted_sums(G, pv.XT[h], pv.views[h])
+            dens[g] = np.repeat(G.sum(axis=-1)[..., None], pv.views[h].shape[1], axis=-1)
+        else:
+            nums[g] = _weighted_sums(G, pv.dXT[h], pv.dX[h])
+            dens[g] = _weighted_sums(G, pv.deltaT[h], pv.deltas[h])
+    J = float((va * costs).sum(axis=-1))
+    return nums, dens, costs, U.sum(axis=-1), J
 
 
 class MultiViewLearner(Learner):
@@ -107,7 +313,7 @@ class MultiViewLearner(Learner):
         self.node_id = node_id
         self.n_samples = self.views[0].shape[0]
         self._prepared: PreparedViews | None = None
-        self._refs_key: bytes | None = None
+        self._refs: list[KernelReference] | None = None  # from the run's configuration
         self.local: State | None = None  # the personalised model (parameter rules)
 
     def _flops(self, iters: int) -> float:
@@ -127,28 +333,40 @@ class MultiViewLearner(Learner):
             body["init"], body["init_w"] = candidates, sizes
         return body, self._flops(10)
 
-    def prepared(self, body: dict[str, Any]) -> PreparedViews:
-        """The views prepared under the body's kernel references (cached while unchanged)."""
-        key = _raw_refs_key(body["refs"]) if "refs" in body else b""
-        if self._prepared is not None and key is not None and key == self._refs_key:
-            return self._prepared
+    def configure(self, extras: dict[str, Any]) -> None:
+        """Take the pooled kernel references (``refs``) of the run's configuration.
+
+        Without a configuration (``kernel_scope: local``) every view is measured
+        against the client's own data. Malformed references raise WireError and leave
+        the previous ones in place.
+        """
         a = self.algorithm
-        refs = read_references(body, a.shape) if "refs" in body else None
+        refs = read_references(extras, a.shape) if "refs" in extras else None
         held = None if refs is None else [refs[g] for g in self.view_ids]
-        self._prepared = prepare_views(
-            self.views,
-            a.model,
-            view_ids=self.view_ids,
-            n_views=a.shape.n_views,
-            references=held,  # type: ignore[arg-type]
-        )
-        self._refs_key = key
+        if any(r is None for r in held or ()):
+            raise WireError(
+                "the configuration has no kernel reference for a view this client holds"
+            )
+        self._refs = held  # type: ignore[assignment]
+        self._prepared = None
+
+    def prepared(self) -> PreparedViews:
+        """The views prepared under the configured kernel references (once per configuration)."""
+        if self._prepared is None:
+            a = self.algorithm
+            self._prepared = prepare_views(
+                self.views,
+                a.model,
+                view_ids=self.view_ids,
+                n_views=a.shape.n_views,
+                references=self._refs,
+            )
         return self._prepared
 
     def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """The algorithm's partial under the body's global model."""
-        glob = read_state(body, self.algorithm.shape).batched()
-        return self.algorithm.local_update(self, glob, self.prepared(body))
+        glob = global_model(body, self.algorithm.shape)
+        return self.algorithm.local_update(self, glob.state, self.prepared(), glob)
 
     def finish(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Labels and memberships under the final model, and the personalised ones.
@@ -158,8 +376,8 @@ class MultiViewLearner(Learner):
         weights) and labels its samples under the blend too (``personal_labels``).
         """
         a = self.algorithm
-        glob = read_state(body, a.shape).batched()
-        pv = self.prepared(body)
+        glob = read_global(body, a.shape)
+        pv = self.prepared()
         U = local_statistics(pv, glob, a.model).memberships[0]
         result: dict[str, Any] = {"labels": U.argmax(axis=1), "memberships": np.array(U)}
         iters = 1
@@ -204,9 +422,16 @@ class _MultiView(Algorithm):
         return MultiViewLearner(self, views, view_ids, rng, node_id)
 
     def local_update(
-        self, learner: MultiViewLearner, glob: State, pv: PreparedViews
+        self,
+        learner: MultiViewLearner,
+        glob: State,
+        pv: PreparedViews,
+        lean: GlobalModel | None = None,
     ) -> tuple[dict[str, Any], float]:
-        """The client's partial under the (batched) global model ``glob``."""
+        """The client's partial under the (batched) global model ``glob``.
+
+        ``lean``: the same model as read by :func:`global_model`, for the lean path.
+        """
         raise NotImplementedError
 
     def needs_setup(self, fixed_init: bool) -> bool:
@@ -276,13 +501,12 @@ class _MultiView(Algorithm):
         )
 
     def model_body(self, state: Any, extras: dict[str, Any]) -> dict[str, Any]:
-        """Centres, view weights (and view scale), then the extras."""
-        return {**state_body(state), **extras}
+        """Centres, view weights (and view scale); the references travel in the config."""
+        return state_body(state)
 
     def read_model(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """The parent's model and its references."""
-        extras = {"refs": body["refs"]} if "refs" in body else {}
-        return read_state(body, self.shape), extras
+        """The parent's model (its references come with the run's configuration)."""
+        return read_state(body, self.shape), {}
 
     def subtree_partial(self, state: Any, total: dict[str, Any]) -> dict[str, Any]:
         """The subtree's model as one n-weighted parameter update."""
@@ -363,9 +587,29 @@ class StatisticsAlgorithm(_MultiView):
         self.name = f"{_family(model)}/sum"
 
     def local_update(
-        self, learner: MultiViewLearner, glob: State, pv: PreparedViews
+        self,
+        learner: MultiViewLearner,
+        glob: State,
+        pv: PreparedViews,
+        lean: GlobalModel | None = None,
     ) -> tuple[dict[str, Any], float]:
         """The client's statistics under ``glob`` and its objective term."""
+        if lean is not None and len(pv.view_ids) > 0 and pv.n_samples <= LEAN_MAX_SAMPLES:
+            num, den, costs, mass, J = lean_statistics(pv, lean, self.model)
+            counts = np.zeros(self.shape.n_views, dtype=np.int64)
+            counts[list(pv.view_ids)] = pv.n_samples
+            partial = {
+                "mode": "stats",
+                "num": num,
+                "den": den,
+                "costs": costs,
+                "mass": mass,
+                "counts": counts,
+                "n": int(pv.n_samples),
+                "contributors": 1,
+                "objective": J,
+            }
+            return partial, learner._flops(1)
         stats = local_statistics(pv, glob, self.model)
         partial = stats_partial(
             stats.take(0), float(objective(stats, glob.view_weights, self.model.alpha)[0])
@@ -389,7 +633,11 @@ class ParameterAlgorithm(_MultiView):
         self.name = f"{_family(model)}/{protocol.rule}"
 
     def local_update(
-        self, learner: MultiViewLearner, glob: State, pv: PreparedViews
+        self,
+        learner: MultiViewLearner,
+        glob: State,
+        pv: PreparedViews,
+        lean: GlobalModel | None = None,
     ) -> tuple[dict[str, Any], float]:
         """Personalise (Eq. 78/79), fit ``local_iters`` iterations, send the parameters."""
         p = self.protocol

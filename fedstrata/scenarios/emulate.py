@@ -4,7 +4,8 @@ On a real broker every node is one TCP hop from the broker, on loopback or a LAN
 the scenario's links (latency, bandwidth, loss) and its partitions and degradations
 exist only in the simulator. :class:`LinkEmulator` puts them back: each node's
 runner asks it, for every message on the node's link to its parent (its PUBLISHes
-to the parent's ``up`` topic and the deliveries from the parent's ``down`` topic),
+to the parent's ``up`` topic and the deliveries from the parent's ``down`` and
+``config`` topics),
 how long the message takes or whether it is lost, with the simulator's own link
 model (:class:`~fedstrata.sim.links.Link`):
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedstrata.mqtt import down_topic, up_topic
+from fedstrata.mqtt import config_topic, down_topic, up_topic
 from fedstrata.scenarios.build import Federation, link_of
 from fedstrata.sim.links import Degradation, Link, Outage
 
@@ -52,6 +53,9 @@ class LinkEmulator:
         The node's own random stream.
     retry_interval, max_retries
         QoS 1 retransmission, as in the simulator.
+    config
+        The parent's ``config`` topic (the run's configuration, delivered to the node
+        once): it crosses the link too.
 
     Attributes
     ----------
@@ -68,6 +72,7 @@ class LinkEmulator:
     rng: np.random.Generator
     retry_interval: float = 5.0
     max_retries: int = 10
+    config: str = ""
     lost: int = field(default=0, init=False)
     gave_up: int = field(default=0, init=False)
 
@@ -88,7 +93,7 @@ class LinkEmulator:
 
     def inbound(self, topic: str, nbytes: int, qos: int, now: float) -> float | None:
         """Delay before a delivered message reaches the node, or ``None``: lost."""
-        return self._fate(nbytes, qos, now) if topic == self.down else 0.0
+        return self._fate(nbytes, qos, now) if topic in (self.down, self.config) else 0.0
 
 
 def link_emulators(fed: Federation) -> dict[str, LinkEmulator]:
@@ -126,6 +131,7 @@ def link_emulators(fed: Federation) -> dict[str, LinkEmulator]:
             link_of(spec).with_windows(*windows.get(node, ())),
             up=up_topic(run, ptier, parent),
             down=down_topic(run, ptier, parent),
+            config=config_topic(run, ptier, parent),
             rng=np.random.default_rng([sc.seed, 7, k]),
             retry_interval=fed.sim.engine.retry_interval,
             max_retries=fed.sim.engine.max_retries,

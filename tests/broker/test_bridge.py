@@ -37,6 +37,7 @@ protocol: {rule: sum, rounds: 8, tol: 1.0e-6, deadline_s: 30}
 """
 #: The topics the bridge carries (``bridge_text`` with ``cloud_id``): the cloud group's.
 UP, DOWN = "fs/{run}/cloud/cloud/up", "fs/{run}/cloud/cloud/down"
+CONFIG = "fs/{run}/cloud/cloud/config"  # the run's configuration: once, retained
 
 
 def _password(user):
@@ -64,9 +65,9 @@ def _site_config(folder, site, port, *options):
 
 
 class Watcher:
-    """A paho client (own thread) logged in as ``user``, collecting one subscription."""
+    """A paho client (own thread) logged in as ``user``, collecting its subscriptions."""
 
-    def __init__(self, port, user, topic):
+    def __init__(self, port, user, *topics):
         self.topics = []
         self.cond = threading.Condition()
         self.client = mqtt.Client(
@@ -77,10 +78,10 @@ class Watcher:
 
         def on_connect(client, userdata, flags, reason, props):
             if not reason.is_failure:
-                client.subscribe(topic, 1)
+                client.subscribe([(topic, 1) for topic in topics])
 
         def on_subscribe(client, userdata, mid, reasons, props):
-            self.granted = not reasons[0].is_failure
+            self.granted = not any(r.is_failure for r in reasons)
             granted.set()
 
         def on_message(client, userdata, msg):
@@ -95,7 +96,7 @@ class Watcher:
         self.client.on_message = on_message
         self.client.connect("127.0.0.1", port, keepalive=30)
         self.client.loop_start()
-        assert granted.wait(15) and self.granted, f"{user} could not subscribe to {topic}"
+        assert granted.wait(15) and self.granted, f"{user} could not subscribe to {topics}"
 
     def count(self, topic, at_least, timeout_s):
         """How many ``topic`` messages arrived, waiting up to ``timeout_s`` for ``at_least``."""
@@ -160,7 +161,7 @@ def test_bridged_fog_and_cloud_brokers_carry_a_three_tier_run(tmp_path):
         with PrivateBroker(config=fog_conf) as fog:
             # on each side, a client with the ACL rights of the node living there
             cloud_side = Watcher(cloud.port, root, UP.format(run="+"))
-            fog_side = Watcher(fog.port, "fog-0", DOWN.format(run="+"))
+            fog_side = Watcher(fog.port, "fog-0", DOWN.format(run="+"), CONFIG.format(run="+"))
             try:
                 probe = f"probe-{secrets.token_hex(3)}"
                 assert _bridge_up(fog_side, cloud_side, UP.format(run=probe)), "fog→cloud"
@@ -180,7 +181,8 @@ def test_bridged_fog_and_cloud_brokers_carry_a_three_tier_run(tmp_path):
                 run = s["run_id"]
                 # the watchers may lag the nodes by a message: wait (bounded) for them
                 ups = cloud_side.count(UP.format(run=run), sim_root["delivered"], 15)
-                downs = fog_side.count(DOWN.format(run=run), sim_root["publishes"], 15)
+                downs = fog_side.count(DOWN.format(run=run), sim_root["publishes"] - 1, 15)
+                configs = fog_side.count(CONFIG.format(run=run), 1, 15)
             finally:
                 cloud_side.close()
                 fog_side.close()
@@ -196,7 +198,8 @@ def test_bridged_fog_and_cloud_brokers_carry_a_three_tier_run(tmp_path):
     # the traffic crossed the bridge: the root, connected to the cloud broker only,
     # received every fog update there, and the fog saw every message the root sent
     assert ups == sim_root["delivered"] > 0
-    assert downs == sim_root["publishes"] == s["per_tier"]["cloud"]["publishes"] > 0
+    assert configs == 1  # the root's configuration crossed once
+    assert downs + configs == sim_root["publishes"] == s["per_tier"]["cloud"]["publishes"] > 0
     # the $SYS counters were read on the cloud broker by the monitor user; it received
     # the bytes of the root's messages and of the fog's (Mosquitto 2.0 counts the bytes
     # a bridge sends it, but not its PUBLISHes in publish/messages/received)

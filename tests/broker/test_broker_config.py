@@ -41,6 +41,9 @@ def test_acl_rules_per_site():
     assert "pattern read fs/+/+/%u/up" in acl and "pattern write fs/+/+/%u/down" in acl
     assert "pattern write fs/+/presence/%u" in acl
     assert "user client-0\ntopic write fs/+/fog/fog-0/up\ntopic read fs/+/fog/fog-0/down" in acl
+    # the run's configuration (sent once, retained): the aggregator writes, children read
+    assert "pattern write fs/+/+/%u/config" in acl
+    assert "topic read fs/+/fog/fog-0/down\ntopic read fs/+/fog/fog-0/config" in acl
     assert "user fog-0\ntopic write fs/+/cloud/cloud/up" in acl
     assert "client-2" not in acl  # connects to fog-1's broker
     everyone = acl_text(PARENTS, TIERS)
@@ -70,6 +73,7 @@ def test_conf_and_bridge_text():
         assert line in conf.splitlines()
     br = bridge_text("fog-0", "cloud.example:8883", cloud_id="cloud")
     assert "address cloud.example:8883" in br and "topic fs/+/cloud/cloud/up out 1" in br
+    assert "topic fs/+/cloud/cloud/down in 1\ntopic fs/+/cloud/cloud/config in 1" in br
     assert "topic fs/r1/# both 1" in bridge_text("fog-0", "h:1", run="r1")
     with pytest.raises(ValidationError):
         mosquitto_conf("fog-0", tls_cert="/c")

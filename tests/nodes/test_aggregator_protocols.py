@@ -89,7 +89,8 @@ class Federation:
     def start(self):
         effects = self.root.handle(Started(now=0.0))
         for c in self.clients.values():
-            assert [type(e) for e in c.handle(Started(now=0.0))] == [Subscribe]
+            subs = c.handle(Started(now=0.0))  # the parent's config and down topics
+            assert [e.pattern for e in subs] == ["fs/t/cloud/cloud/config", "fs/t/cloud/cloud/down"]
         self._keep_models(effects)
         return effects
 
@@ -462,7 +463,9 @@ def test_a_setup_reply_after_setup_closed_is_late(kind):
     for c in ("c0", "c1"):
         root.handle(Delivered(now=1.0, topic=ups[c].topic, payload=ups[c].payload))
     effects = root.handle(TimerFired(now=10.0, name="deadline"))  # 2 of 3: quorum 0.5 met
-    assert records(effects, "init") and published_versions(effects) == [1]
+    assert records(effects, "init") and published_versions(effects) == [1, 1]
+    pubs = [e.topic for e in effects if isinstance(e, Publish)]
+    assert pubs == ["fs/t/cloud/cloud/config", "fs/t/cloud/cloud/down"]  # references once
     effects = root.handle(Delivered(now=11.0, topic=ups["c2"].topic, payload=ups["c2"].payload))
     assert effects == [Record(kind="late", fields={"node": "cloud", "sender": "c2", "round": 0})]
 

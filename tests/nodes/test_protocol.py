@@ -12,6 +12,7 @@ from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import Delivered, Publish, Started, TimerFired
 from fedstrata.nodes.messages import Shape
+from fedstrata.nodes.runconfig import config_id, config_payload
 
 from .helpers import Loopback
 
@@ -249,18 +250,29 @@ def test_client_refuses_malformed_refs_after_good_ones():
         ]
     }
 
-    def model(rnd, extra):
+    def config(extras):
+        payload = config_payload(
+            run="t", round_=1, tier="cloud", sender="cloud", cid=config_id(extras), extras=extras
+        )
+        return c.handle(Delivered(now=0.0, topic="fs/t/cloud/cloud/config", payload=payload))
+
+    def model(rnd, cid):
         env = wire.Envelope(
             kind="model",
             run="t",
             round=rnd,
             tier="cloud",
             sender="cloud",
-            body={"phase": "iter", **state, **extra},
+            body={"phase": "iter", **state, "config": cid},
         )
         return c.handle(Delivered(now=0.0, topic="fs/t/cloud/cloud/down", payload=wire.encode(env)))
 
-    assert isinstance(model(1, refs)[-1], Publish)
-    assert isinstance(model(2, refs)[-1], Publish)  # unchanged reference: cached preparation
+    good = config_id(refs)
+    assert config(refs) == []
+    assert isinstance(model(1, good)[-1], Publish)
+    assert isinstance(model(2, good)[-1], Publish)  # unchanged reference: cached preparation
     bad = {"refs": [{"min": views[0].min(0), "max": "x", "sum": views[0].sum(0), "count": 1}, None]}
-    assert model(3, bad)[0].kind == "dropped"
+    assert config(bad)[0].kind == "dropped"
+    assert c.config_id == good  # the good references stay
+    assert isinstance(model(3, good)[-1], Publish)
+    assert model(4, config_id(bad)) == []  # waits for a configuration that never came

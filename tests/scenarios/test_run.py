@@ -127,8 +127,11 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
         }
 
     down, up = f"fs/{run}/cloud/cloud/down", f"fs/{run}/cloud/cloud/up"
+    config = f"fs/{run}/cloud/cloud/config"
+    cid = "0" * 16  # the configuration's id: 16 hex digits; its size is what counts
     total = 0
     ns = [len(idx) for idx in fed.client_indices.values()]
+    all_n = {"refs": [dict(x, count=sum(ns)) for x in refs["refs"]]}
     for k, n in enumerate(ns):
         refs_n = {"refs": [dict(r, count=n) for r in refs["refs"]]}
         setup_down = _size(env("model", 0, "cloud", "cloud", {"phase": "setup"}))
@@ -142,9 +145,13 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
             )
         )
         total += _publish(down, setup_down) + _publish(up, setup_up)
+        # the pooled references: once per client, in the run's configuration
+        cfg = _size(env("control", 1, "cloud", "cloud", {"config": cid, "extras": all_n}))
+        total += _publish(config, cfg)
         for r in range(1, R + 1):
-            all_n = {"refs": [dict(x, count=sum(ns)) for x in refs["refs"]]}
-            model = _size(env("model", r, "cloud", "cloud", {"phase": "iter", **state, **all_n}))
+            model = _size(
+                env("model", r, "cloud", "cloud", {"phase": "iter", **state, "config": cid})
+            )
             upd = _size(
                 env(
                     "update",
@@ -165,7 +172,9 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
                 )
             )
             total += _publish(down, model) + _publish(up, upd)
-        final = _size(env("model", R + 1, "cloud", "cloud", {"phase": "final", **state, **all_n}))
+        final = _size(
+            env("model", R + 1, "cloud", "cloud", {"phase": "final", **state, "config": cid})
+        )
         total += _publish(down, final)
     assert summary["bytes_total"] == total
 

@@ -97,6 +97,7 @@ def test_missing_study_file_is_a_usage_error(tmp_path):
 def test_shipped_studies_at_smoke_size(path, tmp_path):
     st = load_study(path)
     assert len(st.variants) >= 2
+
     def shrink(sc):
         update = {"protocol": sc.protocol.model_copy(update={"rounds": 4})}
         if sc.data.dataset == "heat-kernel-synthetic":

@@ -73,6 +73,7 @@ ROUND_COLUMNS = (
             "net_delay_p90_s",
             "net_loss_mean",
             "net_children_seen",
+            "kernel_scale_min",
         )
     ),
 )

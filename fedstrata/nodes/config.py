@@ -89,6 +89,10 @@ class ProtocolConfig:
         oldest reply still used (versions) and FedBuff's K.
     lambda_net
         Adaptive kind: λ_net of Eq. 139, in 1/seconds of expected round time.
+    network_kernel, network_tau_s
+        Adaptive kind, experimental (Eq. 138): the function f (``"exp"``) by which the
+        root scales each client's heat-kernel coefficients from its observed reply
+        delay, f = exp(−delay / τ); ``None``: off.
     personal_iters
         Personalization (FedHK-MVFC Eq. 78/79), ``None`` for off: on the final model,
         each client fits this many local iterations from the global model (or keeps
@@ -125,6 +129,8 @@ class ProtocolConfig:
     max_staleness: int = 1000
     buffer_size: int = 2
     lambda_net: float = 1.0
+    network_kernel: str | None = None
+    network_tau_s: float = 1.0
     personal_iters: int | None = None
     personal: tuple[tuple[str, float, float], ...] = ()
 
@@ -176,6 +182,12 @@ class ProtocolConfig:
             )
         if self.max_staleness < 0 or self.buffer_size < 1 or not self.lambda_net >= 0:
             raise ValidationError("max_staleness >= 0, buffer_size >= 1 and lambda_net >= 0")
+        if self.network_kernel is not None and (
+            self.kind != "adaptive" or self.rule != "sum" or self.network_kernel != "exp"
+        ):
+            raise ValidationError("network_kernel 'exp' is for kind 'adaptive' with rule 'sum'")
+        if not self.network_tau_s > 0:
+            raise ValidationError(f"network_tau_s must be > 0, got {self.network_tau_s!r}")
         if self.personal_iters is not None and self.personal_iters < 1:
             raise ValidationError(f"personal_iters must be >= 1, got {self.personal_iters!r}")
         for nid, gamma, rho in self.personal:

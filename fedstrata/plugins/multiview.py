@@ -289,6 +289,19 @@ def lean_statistics(
     return nums, dens, costs, U.sum(axis=-1), J
 
 
+def _kernel_scale(body: dict[str, Any], node_id: str) -> float:
+    """The factor of ``node_id`` in a model's ``kernel_scale`` map (1.0 when absent)."""
+    scales = body.get("kernel_scale")
+    if scales is None:
+        return 1.0
+    if not isinstance(scales, dict):
+        raise WireError("body field 'kernel_scale' must map node ids to factors")
+    f = scales.get(node_id, 1.0)
+    if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 < f <= 1.0:
+        raise WireError(f"kernel_scale of {node_id} must lie in (0, 1], got {f!r}")
+    return float(f)
+
+
 class MultiViewLearner(Learner):
     """A client's local views under a multi-view model (either combine rule)."""
 
@@ -364,9 +377,21 @@ class MultiViewLearner(Learner):
         return self._prepared
 
     def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        """The algorithm's partial under the body's global model."""
+        """The algorithm's partial under the body's global model.
+
+        A ``kernel_scale`` entry for this client (the adaptive root's Eq. 138 factor,
+        experimental) multiplies its heat-kernel coefficients for the round, through
+        the model's per-view scale.
+        """
         glob = global_model(body, self.algorithm.shape)
-        return self.algorithm.local_update(self, glob.state, self.prepared(), glob)
+        factor = _kernel_scale(body, self.node_id)
+        if factor == 1.0:
+            return self.algorithm.local_update(self, glob.state, self.prepared(), glob)
+        state = glob.state
+        H = self.algorithm.shape.n_views
+        base = state.view_scale if state.view_scale is not None else np.ones((1, H))
+        scaled = state.with_scale(base * factor)
+        return self.algorithm.local_update(self, scaled, self.prepared(), None)
 
     def finish(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Labels and memberships under the final model, and the personalised ones.

@@ -69,6 +69,8 @@ def strategy_for(
             children,
             lambda_net=protocol.lambda_net,
             compressions=tuple(compressions) if clients_below else (),
+            network_kernel=protocol.network_kernel if clients_below else None,
+            network_tau_s=protocol.network_tau_s,
             **sync,
         )
     return SyncRounds(children, **sync)

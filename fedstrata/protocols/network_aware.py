@@ -11,6 +11,10 @@ the observations it was made from are returned with the round's close and land i
 model message (``quorum``): middle tiers close their own rounds at it as well, so a
 plan speeds up the whole tree rather than the root's wait alone.
 
+Experimental, Eq. 138 (``network_kernel``): the root also sends each client whose
+observed reply delay gives f(delay) < 1 that factor (``kernel_scale``), by which the
+client scales its heat-kernel coefficients δ for the round (f = exp(−delay/τ)).
+
 Compression is a candidate only where the children are clients (an aggregator forwards
 float64 sums whatever its clients sent) and only the downcasts the algorithm supports
 (``Algorithm.compressions``); candidate quorums never fall below the scenario's quorum.
@@ -25,6 +29,7 @@ from typing import Any
 from fedstrata.nodes.algorithm import Algorithm
 from fedstrata.protocols.adaptive import (
     COMPRESSIONS,
+    KERNEL_FS,
     NetworkObserver,
     Plan,
     choose_plan,
@@ -52,10 +57,14 @@ class AdaptiveRounds(SyncRounds):
         *,
         lambda_net: float = 1.0,
         compressions: Sequence[str] = (),
+        network_kernel: str | None = None,
+        network_tau_s: float = 1.0,
         **sync: Any,
     ) -> None:
         super().__init__(children, **sync)
         self.lambda_net = lambda_net
+        self.kernel_f = None if network_kernel is None else KERNEL_FS[network_kernel]
+        self.kernel_tau_s = network_tau_s
         quorums = sorted({self.quorum, *(q for q in (0.5, 0.75, 1.0) if q >= self.quorum)})
         quorums = [q for q in quorums if q > 0]
         self.candidates = default_candidates(
@@ -110,9 +119,26 @@ class AdaptiveRounds(SyncRounds):
         self.observer.sent(version, now, self.asked)
         self._open.append(version)
         extra = {**extra, "quorum": self.plan.quorum}  # middle tiers close at it too
+        scales = self._kernel_scales()
+        if scales:
+            extra["kernel_scale"] = scales
         if self.plan.compression != "none":
             extra = {**extra, "compression": self.plan.compression}
         return ask, extra
+
+    def _kernel_scales(self) -> dict[str, float]:
+        """Eq. 138 (experimental): f(observed delay) per client, where it is below 1."""
+        if self.kernel_f is None:
+            return {}
+        out = {}
+        for c in self.children:
+            est = self.observer.estimate(c)
+            if est is not None and est.replies:
+                f = float(self.kernel_f(est.delay_s, self.kernel_tau_s))
+                if f < 1.0:
+                    out[c] = round(max(f, 1e-6), 9)
+        self._decision["kernel_scale_min"] = min(out.values(), default=1.0)
+        return out
 
     def observe_late(self, sender: str, version: int, now: float, nbytes: int) -> None:
         """A straggler's reply: its delay still counts."""

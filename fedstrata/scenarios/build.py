@@ -173,6 +173,8 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         max_staleness=pr.max_staleness,
         buffer_size=pr.buffer_size,
         lambda_net=pr.lambda_net,
+        network_kernel=None if pr.network_kernel is None else pr.network_kernel.f,
+        network_tau_s=1.0 if pr.network_kernel is None else pr.network_kernel.tau_s,
         personal_iters=None if pr.personalization is None else pr.personalization.local_iters,
         personal=()
         if pr.personalization is None

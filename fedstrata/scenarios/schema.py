@@ -745,6 +745,18 @@ class StalenessSpec(_Strict):
         return self
 
 
+class NetworkKernelSpec(_Strict):
+    """Network-aware heat-kernel coefficients (FedHK-MVFC Eq. 138), experimental.
+
+    The adaptive root scales each client's coefficients δ by f(delay) = exp(−delay /
+    ``tau_s``) (``tau_s`` in ``(0, 1e6]`` s), with ``delay`` the client's reply delay as
+    the root observed it: slow clients' distances count less.
+    """
+
+    f: Literal["exp"] = "exp"
+    tau_s: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6] s")] = 1.0
+
+
 class MixingSpec(_Strict):
     """A client's personalization weights: γ_ℓ (centres, Eq. 78), ρ_ℓ (view weights, Eq. 79)."""
 
@@ -774,6 +786,7 @@ _KIND_FIELDS = {
     "max_staleness": ("async", "buffered"),
     "buffer_size": ("buffered",),
     "lambda_net": ("adaptive",),
+    "network_kernel": ("adaptive",),
 }
 
 
@@ -831,6 +844,8 @@ class ProtocolSpec(_Strict):
     buffer_size: Annotated[int, Field(ge=1, le=MAX_CLIENTS, description="1 .. 100000")] = 2
     #: ``adaptive``: λ_net of Eq. 139, per second of expected round time.
     lambda_net: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] = 1.0
+    #: ``adaptive``, experimental: Eq. 138's network-aware heat-kernel coefficients.
+    network_kernel: NetworkKernelSpec | None = None
     #: Per-client personalized models next to the global one; ``null``: off.
     personalization: PersonalizationSpec | None = None
 
@@ -848,6 +863,14 @@ class ProtocolSpec(_Strict):
             for name, kinds in _KIND_FIELDS.items()
             if name in self.model_fields_set and self.kind not in kinds
         ]
+        if self.network_kernel is not None and self.rule != "sum":
+            errors.append(
+                ScenarioError(
+                    "scales the clients' heat-kernel coefficients of summed statistics: it "
+                    f"needs rule: sum (rule is {self.rule!r})",
+                    path="protocol.network_kernel",
+                )
+            )
         if self.kind in ("async", "buffered") and self.rule == "median":
             errors.append(
                 ScenarioError(

@@ -100,6 +100,10 @@ class ProtocolConfig:
         labels its samples with the blend as well.
     personal
         Per-client ``(node id, γ_ℓ, ρ_ℓ)`` overriding ``gamma``/``rho``.
+    dp_clip, dp_noise
+        Differential privacy of the clients' statistics (rule ``sum``), ``None`` for
+        off: each partial is clipped to L2 norm ``dp_clip`` and gets Gaussian noise
+        of std ``dp_noise · dp_clip`` (the noise multiplier z).
     """
 
     run: str = "run"
@@ -133,6 +137,8 @@ class ProtocolConfig:
     network_tau_s: float = 1.0
     personal_iters: int | None = None
     personal: tuple[tuple[str, float, float], ...] = ()
+    dp_clip: float | None = None
+    dp_noise: float = 0.0
 
     def mixing_of(self, node_id: str) -> tuple[float, float]:
         """(γ_ℓ, ρ_ℓ) of a client: its override, else ``gamma``/``rho``."""
@@ -188,6 +194,10 @@ class ProtocolConfig:
             raise ValidationError("network_kernel 'exp' is for kind 'adaptive' with rule 'sum'")
         if not self.network_tau_s > 0:
             raise ValidationError(f"network_tau_s must be > 0, got {self.network_tau_s!r}")
+        if self.dp_clip is not None and (self.rule != "sum" or not self.dp_clip > 0):
+            raise ValidationError("dp_clip must be > 0, with rule 'sum'")
+        if not self.dp_noise >= 0:
+            raise ValidationError(f"dp_noise must be >= 0, got {self.dp_noise!r}")
         if self.personal_iters is not None and self.personal_iters < 1:
             raise ValidationError(f"personal_iters must be >= 1, got {self.personal_iters!r}")
         for nid, gamma, rho in self.personal:

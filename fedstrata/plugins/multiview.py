@@ -328,6 +328,7 @@ class MultiViewLearner(Learner):
         self._prepared: PreparedViews | None = None
         self._refs: list[KernelReference] | None = None  # from the run's configuration
         self.local: State | None = None  # the personalised model (parameter rules)
+        self._dp_rng: np.random.Generator | None = None
 
     def _flops(self, iters: int) -> float:
         a = self.algorithm
@@ -386,12 +387,42 @@ class MultiViewLearner(Learner):
         glob = global_model(body, self.algorithm.shape)
         factor = _kernel_scale(body, self.node_id)
         if factor == 1.0:
-            return self.algorithm.local_update(self, glob.state, self.prepared(), glob)
-        state = glob.state
-        H = self.algorithm.shape.n_views
-        base = state.view_scale if state.view_scale is not None else np.ones((1, H))
-        scaled = state.with_scale(base * factor)
-        return self.algorithm.local_update(self, scaled, self.prepared(), None)
+            partial, flops = self.algorithm.local_update(self, glob.state, self.prepared(), glob)
+        else:
+            state = glob.state
+            H = self.algorithm.shape.n_views
+            base = state.view_scale if state.view_scale is not None else np.ones((1, H))
+            scaled = state.with_scale(base * factor)
+            partial, flops = self.algorithm.local_update(self, scaled, self.prepared(), None)
+        return self._private(partial), flops
+
+    def _private(self, partial: dict[str, Any]) -> dict[str, Any]:
+        """The partial under the Gaussian mechanism when DP is on (``protocol.dp_clip``).
+
+        The float statistics (``num``, ``den``, ``costs``, ``mass``), taken as one vector,
+        are clipped to L2 norm ``dp_clip`` and get noise of std ``dp_noise · dp_clip``
+        from the client's own child stream (its other draws stay as they were). The
+        objective term is not sent (0.0): the root computes J from the noisy sums.
+        Sample counts (``n``, ``counts``) are released as they are.
+        """
+        p = self.algorithm.protocol
+        if p.dp_clip is None or partial.get("mode") != "stats":
+            return partial
+        from fedstrata.privacy.dp import gaussian_mechanism
+
+        if self._dp_rng is None:  # a child stream: the client's own draws stay as they were
+            self._dp_rng = self.rng.spawn(1)[0]
+        H = len(partial["num"])
+        flat = [*partial["num"], *partial["den"], partial["costs"], partial["mass"]]
+        rel = gaussian_mechanism(
+            flat, clip=p.dp_clip, rng=self._dp_rng, sigma=p.dp_noise * p.dp_clip
+        )
+        out = dict(partial)
+        arrays = list(rel.arrays)
+        out["num"], out["den"] = arrays[:H], arrays[H : 2 * H]
+        out["costs"], out["mass"] = arrays[2 * H], arrays[2 * H + 1]
+        out["objective"] = 0.0
+        return out
 
     def finish(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Labels and memberships under the final model, and the personalised ones.

@@ -175,6 +175,8 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         lambda_net=pr.lambda_net,
         network_kernel=None if pr.network_kernel is None else pr.network_kernel.f,
         network_tau_s=1.0 if pr.network_kernel is None else pr.network_kernel.tau_s,
+        dp_clip=None if sc.privacy.dp is None else sc.privacy.dp.clip,
+        dp_noise=dp_noise_multiplier(sc),
         personal_iters=None if pr.personalization is None else pr.personalization.local_iters,
         personal=()
         if pr.personalization is None
@@ -183,6 +185,19 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
             for cid, m in sorted(pr.personalization.clients.items())
         ),
     )
+
+
+def dp_noise_multiplier(sc: Scenario) -> float:
+    """The noise multiplier z = σ/clip that keeps the scenario's rounds within its ε.
+
+    ``protocol.rounds`` releases per client under the RDP accountant (0 without DP).
+    """
+    dp = sc.privacy.dp
+    if dp is None:
+        return 0.0
+    from fedstrata.privacy.dp import sigma_for
+
+    return float(sigma_for(dp.epsilon, dp.delta, sc.protocol.rounds))
 
 
 def node_timing(sc: Scenario, wiring: Any = None) -> dict[str, tuple[float, int]]:

@@ -280,7 +280,39 @@ def simulate(
     block, fed.client_rows = personalization_report(fed, sim.results)
     if block is not None:
         summary["personalization"] = block
+    privacy = privacy_report(sc, rounds)
+    if privacy is not None:
+        summary["privacy"] = privacy
     return fed, summary, rows
+
+
+def privacy_report(sc: Scenario, rounds: int) -> dict[str, Any] | None:
+    """The ``privacy`` block of a run's summary: DP settings and the ε spent.
+
+    Every client releases at most one noisy partial per root round, so ``rounds``
+    releases are accounted (RDP); ``epsilon_spent`` never exceeds ``epsilon`` because
+    the noise was chosen for ``protocol.rounds`` releases. None without DP.
+    """
+    dp = sc.privacy.dp
+    if dp is None:
+        return None
+    from fedstrata.privacy.dp import Accountant
+    from fedstrata.scenarios.build import dp_noise_multiplier
+
+    z = dp_noise_multiplier(sc)
+    acc = Accountant(dp.delta)
+    if rounds > 0:
+        acc.spend(z, count=rounds)
+    return {
+        "mechanism": "gaussian",
+        "accountant": "rdp",
+        "epsilon": dp.epsilon,
+        "delta": dp.delta,
+        "clip": dp.clip,
+        "noise_multiplier": round(z, 9),
+        "releases": rounds,
+        "epsilon_spent": round(acc.epsilon(), 9) if rounds > 0 else 0.0,
+    }
 
 
 #: Columns of clients.csv (personalization on): per-client metrics of both models.

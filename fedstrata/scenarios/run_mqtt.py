@@ -75,6 +75,7 @@ from fedstrata.scenarios.run import (
     _start_record,
     _write_record,
     personalization_report,
+    privacy_report,
 )
 from fedstrata.scenarios.schema import Scenario
 
@@ -377,6 +378,9 @@ def mqtt_run(
     block, fed.client_rows = personalization_report(fed, results)
     if block is not None:
         summary["personalization"] = block
+    privacy = privacy_report(sc, rounds)
+    if privacy is not None:
+        summary["privacy"] = privacy
     return fed, summary, rows
 
 

@@ -1003,10 +1003,28 @@ class FaultsSpec(_Strict):
         ]
 
 
+class DPSpec(_Strict):
+    """Differential privacy of each client's statistics (the Gaussian mechanism).
+
+    Every round each client clips its whole statistics partial to L2 norm ``clip``
+    (``> 0``, in the units of the statistics: sums over its samples) and adds Gaussian
+    noise of std z·clip, with the noise multiplier z chosen so that ``protocol.rounds``
+    releases spend at most ``epsilon`` (``(0, 1000]``) at ``delta`` (``(0, 0.1]``) under
+    the RDP accountant. Without secure aggregation every release is seen by the
+    aggregator, so this is local (per-client, per-release) DP. Needs ``rule: sum``.
+    """
+
+    epsilon: Annotated[float, Field(gt=0.0, le=1000.0, description="(0, 1000]")]
+    delta: Annotated[float, Field(gt=0.0, le=0.1, description="(0, 0.1]")] = 1e-5
+    clip: Annotated[float, Field(gt=0.0, le=1e12, description="(0, 1e12]")]
+
+
 class PrivacySpec(_Strict):
     """Privacy settings. Secure aggregation is not implemented yet: ``true`` is an error."""
 
     secure_aggregation: bool = False
+    #: Gaussian-mechanism noise on the clients' statistics, with accounting.
+    dp: DPSpec | None = None
 
     @field_validator("secure_aggregation")
     @classmethod
@@ -1134,6 +1152,12 @@ class Scenario(_Strict):
                     "topology.cloud_id",
                     f"{topo.cloud_id!r} is also the id of {owner}; choose another cloud_id",
                 )
+        if self.privacy.dp is not None and p.rule != "sum":
+            fail(
+                "privacy.dp",
+                f"noise is added to summed statistics: it needs protocol.rule: sum "
+                f"(rule is {p.rule!r})",
+            )
         if p.personalization is not None:
             for cid in p.personalization.clients:
                 if self.tier_of(cid) != "edge":

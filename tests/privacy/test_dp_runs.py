@@ -1,0 +1,94 @@
+"""DP on the clients' statistics in a run: noise, clipping, the ε the record reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedstrata.algorithms.multiview import MultiViewModel
+from fedstrata.errors import ScenarioError
+from fedstrata.nodes.config import ProtocolConfig
+from fedstrata.nodes.messages import Shape
+from fedstrata.plugins import multiview as mvp
+from fedstrata.privacy.dp import Accountant
+from fedstrata.scenarios.loader import parse_scenario
+from fedstrata.scenarios.run import run_scenario
+
+SCENARIO = """
+name: dp
+seed: 0
+data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 100}, partition: {kind: iid}}
+topology: {clients: {count: 4}}
+algorithm: {name: hk-mvfc, n_clusters: 4}
+protocol: {rule: RULE, rounds: 6, tol: 0.0, local_iters: ITERS}
+privacy:
+  dp: {epsilon: EPS, delta: 1.0e-5, clip: 50}
+"""
+
+
+def scenario(eps=4.0, rule="sum", iters=1):
+    text = SCENARIO.replace("EPS", str(eps)).replace("RULE", rule).replace("ITERS", str(iters))
+    return parse_scenario(text)
+
+
+def test_the_record_reports_the_epsilon_the_accountant_gives(tmp_path):
+    summary = run_scenario(scenario(), tmp_path, progress=False, plots=False)
+    p = summary["privacy"]
+    assert (p["mechanism"], p["epsilon"], p["delta"], p["clip"]) == ("gaussian", 4.0, 1e-5, 50.0)
+    assert p["releases"] == summary["rounds"] == 6
+    # dp-accounting itself, for the noise the run used: within the budget, and tight
+    acc = Accountant(1e-5)
+    acc.spend(p["noise_multiplier"], count=6)
+    assert acc.epsilon() <= 4.0
+    assert p["epsilon_spent"] == pytest.approx(acc.epsilon(), rel=1e-6)
+    assert p["epsilon_spent"] > 0.99 * 4.0
+
+
+def test_runs_with_dp_are_deterministic_and_differ_from_runs_without(tmp_path):
+    a = run_scenario(scenario(), tmp_path / "a", progress=False, plots=False)
+    b = run_scenario(scenario(), tmp_path / "b", progress=False, plots=False)
+    assert (tmp_path / "a/labels.csv").read_bytes() == (tmp_path / "b/labels.csv").read_bytes()
+    assert a["metrics"] == b["metrics"]
+    text = SCENARIO.replace("EPS", "4").replace("RULE", "sum").replace("ITERS", "1")
+    plain = parse_scenario(text[: text.index("privacy:")])
+    c = run_scenario(plain, tmp_path / "c", progress=False, plots=False)
+    assert "privacy" not in c
+    assert (tmp_path / "a/labels.csv").read_bytes() != (tmp_path / "c/labels.csv").read_bytes()
+
+
+def test_a_client_partial_is_clipped_noised_and_carries_no_objective():
+    shape = Shape(4, (2, 2))
+    model = MultiViewModel(4, center_update="exact")
+    rng = np.random.default_rng(0)
+    views = [rng.normal(size=(30, 2)) * 10, rng.normal(size=(30, 2)) * 10]
+    body = {
+        "phase": "iter",
+        "centers": [rng.normal(size=(4, 2)), rng.normal(size=(4, 2))],
+        "view_weights": np.array([0.5, 0.5]),
+    }
+
+    def partial(dp_clip, noise):
+        proto = ProtocolConfig(
+            run="t", rule="sum", kernel_scope="local", dp_clip=dp_clip, dp_noise=noise
+        )
+        algo = mvp.multiview_algorithm(model, proto, shape)
+        learner = algo.learner(views, view_ids=(0, 1), rng=np.random.default_rng(1), node_id="c")
+        return learner.update(body)[0]
+
+    def flat(p):
+        return np.concatenate([*(a.ravel() for a in p["num"] + p["den"]), p["costs"], p["mass"]])
+
+    raw = partial(None, 0.0)
+    assert np.linalg.norm(flat(raw)) > 5.0  # the clip below binds
+    clipped = partial(5.0, 0.0)  # no noise: clipping alone, to norm 5
+    assert np.linalg.norm(flat(clipped)) == pytest.approx(5.0)
+    np.testing.assert_allclose(flat(clipped), flat(raw) * 5.0 / np.linalg.norm(flat(raw)))
+    assert clipped["objective"] == 0.0 and raw["objective"] != 0.0
+    assert clipped["n"] == raw["n"] and clipped["counts"].tolist() == raw["counts"].tolist()
+    noisy = partial(5.0, 2.0)  # noise std 10 on a vector of norm 5
+    assert np.linalg.norm(flat(noisy) - flat(clipped)) > 10.0
+
+
+def test_dp_needs_summed_statistics():
+    with pytest.raises(ScenarioError, match=r"privacy\.dp: noise is added to summed statistics"):
+        scenario(rule="weighted", iters=2)

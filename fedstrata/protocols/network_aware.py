@@ -22,7 +22,6 @@ float64 sums whatever its clients sent) and only the downcasts the algorithm sup
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,10 +103,6 @@ class AdaptiveRounds(SyncRounds):
             **self.observer.snapshot(),
         }
 
-    def target(self) -> int:
-        """The plan's quorum of the wanted replies (at least the scenario's quorum)."""
-        return max(self.need_of(self.want), math.ceil(self.plan.quorum * self.want - 1e-9))
-
     def open(self, version: int, now: float) -> tuple[list[str] | None, dict[str, Any]]:
         """Close the observer's last version, choose the plan, ask."""
         # a version counts its misses one version late: a round that closed at its
@@ -115,6 +110,9 @@ class AdaptiveRounds(SyncRounds):
         if len(self._open) >= 2:
             self.observer.closed(self._open.pop(0))
         self._choose()
+        # the plan's quorum closes this round (SyncRounds.target), as a parent's plan
+        # closes a middle tier's
+        self.planned_quorum = self.plan.quorum
         ask, extra = super().open(version, now)
         self.observer.sent(version, now, self.asked)
         self._open.append(version)

@@ -36,6 +36,7 @@ __all__ = [
     "connect_packet_size",
     "down_topic",
     "group_prefix",
+    "member_topic",
     "presence_topic",
     "puback_size",
     "publish_packet_size",
@@ -626,6 +627,15 @@ def config_topic(run: str, tier: str, group: str | int) -> str:
     relayed by each middle tier to its own group.
     """
     return group_prefix(run, tier, group) + "config"
+
+
+def member_topic(run: str, tier: str, group: str | int, node: str) -> str:
+    """Return ``fs/{run}/{tier}/{group}/to/{node}``: the aggregator's messages for one member.
+
+    Secure aggregation's per-member rounds (key lists, forwarded shares, unmasking
+    requests) go here, each to the one child it is for.
+    """
+    return group_prefix(run, tier, group) + "to/" + _part("node", node)
 
 
 def presence_topic(run: str, node: str) -> str:

@@ -24,6 +24,7 @@ produced a non-finite model: the run stops at once and keeps the last finite mod
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ import numpy as np
 
 from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.mqtt import config_topic, down_topic, up_topic
+from fedstrata.mqtt import config_topic, down_topic, member_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
@@ -59,6 +60,8 @@ from fedstrata.nodes.runconfig import (
     model_config,
     read_config,
 )
+from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember
+from fedstrata.privacy.secagg import ServerPhase
 from fedstrata.protocols import strategy_for
 from fedstrata.protocols.strategy import Closing, Contribution, Strategy
 from fedstrata.protocols.sync import SyncRounds
@@ -204,6 +207,18 @@ class AggregatorNode:
         self._setup_versions: set[int] = set()
         self.result: dict[str, Any] | None = None
         self._rng = np.random.default_rng(seed)
+        # secure aggregation: this round's session with the children, and this node's
+        # membership of its parent's session (middle tier)
+        self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
+        self._secure: SecureCollection | None = None
+        self._secure_failure = ""  # why this round's session could not start
+        self._member: SecureMember | None = None
+        self._member_key: tuple[int, int] = (-1, 0)  # (round, sub) of the parent's session
+        self._member_topic = (
+            None
+            if parent is None or self._layout is None
+            else member_topic(protocol.run, parent.tier, parent.group, node_id)
+        )
         self._topics = (
             up_topic(protocol.run, tier, node_id),
             down_topic(protocol.run, tier, node_id),
@@ -252,6 +267,8 @@ class AggregatorNode:
                 return subs + self._start()
             assert self.parent is not None
             self.state = AggregatorState.WAITING
+            if self._member_topic is not None:
+                subs.append(Subscribe(pattern=self._member_topic, qos=self.protocol.qos))
             return [
                 *subs,
                 Subscribe(pattern=self._topics[4], qos=self.protocol.qos),
@@ -275,6 +292,8 @@ class AggregatorNode:
                     return self._on_update(env, len(event.payload))
                 if event.topic == self._topics[4]:
                     return self._on_parent_config(env)
+                if event.topic == self._member_topic:
+                    return self._on_parent_secagg(env)
                 return self._on_parent_model(env)
             except WireError as exc:
                 return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
@@ -318,11 +337,29 @@ class AggregatorNode:
             if self.phase == "setup":
                 self._setup_versions.add(round_)
             ask, extra = self._rounds().open(round_, self._now)
-            body = {k: v for k, v in body.items() if k != "ask"}
+            body = {k: v for k, v in body.items() if k not in ("ask", "secagg")}
             body.update(extra)
             if ask is not None:
                 body["ask"] = ask
             self.state = AggregatorState.COLLECTING
+            self._secure, self._secure_failure = None, ""
+            if self._layout is not None and self.phase != "setup":
+                roster = sorted(self.children) if ask is None else list(ask)
+                try:
+                    self._secure = SecureCollection(
+                        roster,
+                        self.protocol,
+                        self._layout,
+                        run=self.protocol.run,
+                        node=self.node_id,
+                        round_=round_,
+                        sub=self.sub,
+                    )
+                    body["secagg"] = self._secure.setup()
+                except REFUSALS as exc:  # e.g. a sampled roster too small to hide anyone
+                    self._secure_failure = str(exc)
+        else:
+            body = {k: v for k, v in body.items() if k != "secagg"}
         env = wire.Envelope(
             kind="model",
             run=self.protocol.run,
@@ -331,10 +368,13 @@ class AggregatorNode:
             sender=self.node_id,
             body=body,
         )
+        payload = wire.encode(env)
+        if collect and self._secure is not None:  # the setup's share of the broadcast
+            plain = {k: v for k, v in body.items() if k != "secagg"}
+            extra_bytes = len(payload) - len(wire.encode(dataclasses.replace(env, body=plain)))
+            self._secure.bytes_down += extra_bytes * len(self.children)
         effects: list[Effect] = [
-            Publish(
-                topic=self._down(), payload=wire.encode(env), qos=self.protocol.qos, retain=True
-            )
+            Publish(topic=self._down(), payload=payload, qos=self.protocol.qos, retain=True)
         ]
         if collect:
             effects.append(SetTimer(name=_DEADLINE, delay_s=self.deadline_s))
@@ -349,10 +389,12 @@ class AggregatorNode:
 
     def _on_update(self, env: wire.Envelope, nbytes: int) -> list[Effect]:
         fields = {"node": self.node_id, "sender": env.sender, "round": env.round}
-        if env.kind != "update":
+        if env.kind not in ("update", "secagg"):
             raise WireError(f"expected an update on {self._up()}, got {env.kind!r}")
         if env.sender not in self.children:
             return [Record(kind="foreign", fields=fields)]
+        if env.kind == "secagg" or (self._secure is not None and self.phase != "setup"):
+            return self._on_secagg_reply(env, nbytes, fields)
         sub = env.body.get("sub", 0)
         staleness = self.round - env.round
         rounds = self._rounds()
@@ -384,7 +426,95 @@ class AggregatorNode:
     def _on_deadline(self) -> list[Effect]:
         if self.state is not AggregatorState.COLLECTING:
             return []
+        if self._layout is not None and self.phase != "setup":
+            return self._secure_step()
         return self._close(deadline=True)
+
+    # -- secure aggregation (aggregator side) -------------------------------------------
+
+    def _on_secagg_reply(
+        self, env: wire.Envelope, nbytes: int, fields: dict[str, Any]
+    ) -> list[Effect]:
+        """A member's reply in this round's secure session (plain updates are refused)."""
+        session = self._secure
+        if env.kind != "secagg":  # never sum a plaintext partial into a masked round
+            return [
+                Record(
+                    kind="dropped",
+                    fields={**fields, "reason": "plaintext update in a secure round"},
+                )
+            ]
+        body = dict(env.body)
+        sub = body.pop("sub", 0)
+        if (
+            session is None
+            or self.state is not AggregatorState.COLLECTING
+            or env.round != self.round
+            or sub != self.sub
+        ):
+            return [Record(kind="late", fields=fields)]
+        phase = session.phase
+        try:
+            taken = session.receive(env.sender, body, nbytes)
+        except REFUSALS as exc:
+            return [Record(kind="dropped", fields={**fields, "reason": str(exc)})]
+        if not taken:
+            return [Record(kind="late", fields=fields)]
+        if phase is ServerPhase.KEYS:
+            self._got += 1
+        if session.complete:
+            return [CancelTimer(name=_DEADLINE), *self._secure_step()]
+        return []
+
+    def _secure_step(self) -> list[Effect]:
+        """Close the session's current phase: send the next one, or close the round."""
+        session = self._secure
+        rounds = self._rounds()
+        need = rounds.need_of(rounds.want) if isinstance(rounds, SyncRounds) else self.need
+        if session is None:
+            reason = self._secure_failure or "no secure session"
+            return self._closed(Closing(None, 0, need, {"secure_failure": reason}))
+        try:
+            out = session.advance()
+        except REFUSALS as exc:
+            return self._closed(Closing(None, 0, need, self._secure_fields(session, str(exc))))
+        if session.phase is ServerPhase.DONE:
+            total = out
+            try:
+                self.algorithm.check_partial(total)
+            except REFUSALS as exc:
+                return self._closed(Closing(None, 0, need, self._secure_fields(session, str(exc))))
+            fresh = len(session.result.survivors)
+            return self._closed(Closing(total, fresh, need, self._secure_fields(session, "")))
+        effects: list[Effect] = []
+        for member, message in out.items():
+            effects.append(self._publish_member(member, message))
+        return [*effects, SetTimer(name=_DEADLINE, delay_s=self.deadline_s)]
+
+    def _publish_member(self, member: str, message: dict[str, Any]) -> Publish:
+        env = wire.Envelope(
+            kind="secagg",
+            run=self.protocol.run,
+            round=self.round,
+            tier=self.tier,
+            sender=self.node_id,
+            body={**message, "sub": self.sub},
+        )
+        payload = wire.encode(env)
+        assert self._secure is not None
+        self._secure.bytes_down += len(payload)
+        topic = member_topic(self.protocol.run, self.tier, self.node_id, member)
+        return Publish(topic=topic, payload=payload, qos=self.protocol.qos)
+
+    def _secure_fields(self, session: SecureCollection, failure: str) -> dict[str, Any]:
+        result = getattr(session, "result", None)
+        return {
+            "secure": self.protocol.secure,
+            "secure_failure": failure,
+            "recovered": 0 if result is None else len(result.dropped),
+            "privacy_bytes_up": session.bytes_up,
+            "privacy_bytes_down": session.bytes_down,
+        }
 
     def _close(self, *, deadline: bool) -> list[Effect]:
         rounds = self._rounds()
@@ -396,6 +526,12 @@ class AggregatorNode:
                     closing = rounds.close(self.algorithm, deadline=deadline)
                 except WireError:
                     closing = Closing(None, self._got, 1)
+        return self._closed(closing)
+
+    def _closed(self, closing: Closing) -> list[Effect]:
+        """Record a closed round and go on (root: step the model; middle: forward)."""
+        rounds = self._rounds()
+        self._secure = None
         fields = {
             "node": self.node_id,
             "tier": self.tier,
@@ -663,15 +799,97 @@ class AggregatorNode:
                     self._waiting = env
                 return []
         self._plan_quorum(body.get("quorum") if phase == "iter" else None)
+        joined = self._join_parent_session(env) if phase == "iter" else []
         if phase == "setup" or self.period == 1:
-            return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
+            return [*joined, CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
         self.global_state, extras = self.algorithm.read_model(body)
         if self.config_id is None:  # extras in the body itself (a plug-in's own choice)
             self.extras = extras
         down = self._model_body("iter", self.global_state, sub=1)
         if "compression" in body:
             down["compression"] = body["compression"]
-        return [CancelTimer(name=_DEADLINE), *self._broadcast(env.round, down)]
+        return [*joined, CancelTimer(name=_DEADLINE), *self._broadcast(env.round, down)]
+
+    # -- secure aggregation (member of the parent's session) ---------------------------
+
+    def _join_parent_session(self, env: wire.Envelope) -> list[Effect]:
+        """Answer the setup of the parent's session; this round's sum will be the input."""
+        self._member = None
+        if self._layout is None:
+            return []
+        fields = {"node": self.node_id, "round": env.round}
+        setup = env.body.get("secagg")
+        if setup is None:
+            return [
+                Record(
+                    kind="dropped",
+                    fields={
+                        **fields,
+                        "reason": "the parent asked for a plaintext round under secure aggregation",
+                    },
+                )
+            ]
+        sub = env.body.get("sub", 0)
+        try:
+            member = SecureMember(self.node_id, self.protocol, self._layout, setup)
+            reply = member.keys()
+        except REFUSALS as exc:
+            return [Record(kind="dropped", fields={**fields, "reason": str(exc)})]
+        self._member, self._member_key = member, (env.round, int(sub))
+        return [self._publish_secagg_up(reply)]
+
+    def _on_parent_secagg(self, env: wire.Envelope) -> list[Effect]:
+        """A per-member message of the parent's session."""
+        fields = {"node": self.node_id, "round": env.round}
+        if env.kind != "secagg":
+            raise WireError(f"expected a secagg message from the parent, got {env.kind!r}")
+        body = dict(env.body)
+        sub = body.pop("sub", 0)
+        member = self._member
+        if member is None or (env.round, sub) != self._member_key:
+            return [Record(kind="late", fields=fields)]
+        try:
+            reply = member.handle(body)
+        except REFUSALS as exc:
+            self._member = None
+            return [Record(kind="dropped", fields={**fields, "reason": str(exc)})]
+        return [] if reply is None else [self._publish_secagg_up(reply)]
+
+    def _publish_secagg_up(self, reply: dict[str, Any]) -> Publish:
+        assert self.parent is not None
+        round_, sub = self._member_key
+        env = wire.Envelope(
+            kind="secagg",
+            run=self.protocol.run,
+            round=round_,
+            tier=self.tier,
+            sender=self.node_id,
+            body={**reply, "sub": sub},
+        )
+        return Publish(topic=self._topics[2], payload=wire.encode(env), qos=self.protocol.qos)
+
+    def _forward(self, partial: dict[str, Any]) -> list[Effect]:
+        """Send a partial up: in the clear, or as this member's masked input."""
+        if self._layout is None:
+            return [self._publish_up(partial)]
+        member, self._member = self._member, None
+        fields = {"node": self.node_id, "round": self.round}
+        if member is None:
+            return [
+                Record(
+                    kind="dropped",
+                    fields={
+                        **fields,
+                        "reason": "no secure session with the parent this round; nothing forwarded",
+                    },
+                )
+            ]
+        try:
+            reply = member.provide(partial, skip=("sub",))
+        except REFUSALS as exc:
+            return [Record(kind="secure_overflow", fields={**fields, "reason": str(exc)})]
+        self._member = member  # it still answers the unmasking request
+        return [] if reply is None else [self._publish_secagg_up(reply)]
 
     def _plan_quorum(self, quorum: Any) -> None:
         """Close this round's collection at a quorum the parent planned (adaptive root)."""
@@ -719,7 +937,7 @@ class AggregatorNode:
                     self.algorithm.check_partial(total)
                 except WireError:
                     return [overflow]
-                return [self._publish_up(total)]
+                return self._forward(total)
             prev = self.global_state
             assert prev is not None
             step = self.algorithm.next_state(total, prev, math.inf, tol=0.0, relative=False)
@@ -733,4 +951,4 @@ class AggregatorNode:
             )
         partial = self.algorithm.subtree_partial(self.global_state, total)
         self.sub = 0
-        return [self._publish_up(partial)]
+        return self._forward(partial)

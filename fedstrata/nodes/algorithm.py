@@ -25,11 +25,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedstrata.errors import NodeProtocolError
+
+if TYPE_CHECKING:
+    from fedstrata.privacy.layout import Layout
 
 __all__ = [
     "Algorithm",
@@ -162,6 +165,17 @@ class Algorithm(ABC):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """``partial`` compressed for the uplink, and ``rel_error``/``fallbacks`` of it."""
         raise NodeProtocolError(f"{self.name} has no uplink compression")
+
+    def secure_layout(self) -> Layout:
+        """The summed fields of a partial, in order: what secure aggregation masks.
+
+        Only additive algorithms have one (:mod:`fedstrata.privacy.layout`); a member
+        writes its partial as one vector of this layout and the aggregator reads the
+        unmasked sum back with it.
+        """
+        raise NodeProtocolError(
+            f"{self.name}: partials are not additive; secure aggregation cannot sum them"
+        )
 
     @abstractmethod
     def contributors(self, partial: dict[str, Any]) -> int:

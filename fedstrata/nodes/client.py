@@ -19,7 +19,7 @@ import numpy as np
 
 from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.mqtt import config_topic, down_topic, up_topic
+from fedstrata.mqtt import config_topic, down_topic, member_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
@@ -37,6 +37,7 @@ from fedstrata.nodes.events import (
 )
 from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.runconfig import model_config, read_config
+from fedstrata.nodes.secure import REFUSALS, SecureMember
 
 __all__ = ["ClientNode", "ClientState", "decode_shared"]
 
@@ -161,6 +162,11 @@ class ClientNode:
         self._config_topic = config_topic(protocol.run, parent.tier, parent.group)
         self.config_id: str | None = None  # the run configuration the learner holds
         self._waiting: wire.Envelope | None = None  # a model whose configuration is due
+        # secure aggregation: the layout of its partials and this round's session
+        self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
+        self._member: SecureMember | None = None
+        self._member_key: tuple[int, int] = (-1, 0)
+        self._member_topic = member_topic(protocol.run, parent.tier, parent.group, node_id)
 
     @property
     def n_samples(self) -> int:
@@ -175,7 +181,11 @@ class ClientNode:
             if self.state is not ClientState.NEW:
                 raise NodeProtocolError("Started not allowed after start")
             self.state = ClientState.RUNNING
+            secure: list[Effect] = []
+            if self._layout is not None:
+                secure.append(Subscribe(pattern=self._member_topic, qos=self.protocol.qos))
             return [
+                *secure,
                 Subscribe(pattern=self._config_topic, qos=self.protocol.qos),
                 Subscribe(
                     pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group),
@@ -191,6 +201,8 @@ class ClientNode:
                 env = decode_shared(event.payload)
                 if event.topic == self._config_topic:
                     return self._on_config(env)
+                if event.topic == self._member_topic:
+                    return self._on_secagg(env)
                 return self._on_model(env)
             except WireError as exc:
                 return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
@@ -198,9 +210,9 @@ class ClientNode:
 
     # -- protocol ------------------------------------------------------------------
 
-    def _publish(self, round_: int, body: dict[str, Any]) -> Publish:
+    def _publish(self, round_: int, body: dict[str, Any], kind: str = "update") -> Publish:
         env = wire.Envelope(
-            kind="update",
+            kind=kind,
             run=self.protocol.run,
             round=round_,
             tier=self.tier,
@@ -290,6 +302,8 @@ class ClientNode:
         if phase == "setup":
             reply, flops = self.learner.setup()
             return [Compute(flops=flops), self._publish(env.round, reply)]
+        if self._layout is not None:
+            return self._answer_secure(env)
         partial, flops = self.learner.update(body)
         if sub:
             partial["sub"] = int(sub)
@@ -297,6 +311,55 @@ class ClientNode:
         if scheme not in ("none", "float32", "float16", "qsgd"):
             raise WireError(f"unknown compression {scheme!r} asked")
         return [Compute(flops=flops), *self._send_partial(env.round, partial, scheme)]
+
+    # -- secure aggregation ------------------------------------------------------------
+
+    def _answer_secure(self, env: wire.Envelope) -> list[Effect]:
+        """Join the round's secure session: keys now, the masked partial when asked."""
+        body = env.body
+        fields = {"node": self.node_id, "round": env.round}
+        self._member = None
+        setup = body.get("secagg")
+        if setup is None:  # never answer a secure run's round in the clear
+            return [
+                Record(
+                    kind="dropped",
+                    fields={**fields, "reason": "a plaintext round under secure aggregation"},
+                )
+            ]
+        assert self._layout is not None
+        sub = int(body.get("sub", 0))
+        partial, flops = self.learner.update(body)
+        try:
+            member = SecureMember(self.node_id, self.protocol, self._layout, setup)
+            member.provide(partial, skip=("sub",))
+            reply = member.keys()
+        except REFUSALS as exc:  # refused parameters, out-of-range values: sit this one out
+            return [
+                Compute(flops=flops),
+                Record(kind="secure_refused", fields={**fields, "reason": str(exc)}),
+            ]
+        self._member, self._member_key = member, (env.round, sub)
+        return [Compute(flops=flops), self._publish(env.round, {**reply, "sub": sub}, "secagg")]
+
+    def _on_secagg(self, env: wire.Envelope) -> list[Effect]:
+        """A per-member message of the aggregator's session: answer it."""
+        fields = {"node": self.node_id, "round": env.round}
+        if env.kind != "secagg":
+            raise WireError(f"expected a secagg message, got {env.kind!r}")
+        body = dict(env.body)
+        sub = body.pop("sub", 0)
+        member = self._member
+        if member is None or (env.round, sub) != self._member_key:
+            return [Record(kind="late", fields=fields)]
+        try:
+            reply = member.handle(body)
+        except REFUSALS as exc:
+            self._member = None
+            return [Record(kind="secure_refused", fields={**fields, "reason": str(exc)})]
+        if reply is None:
+            return []
+        return [self._publish(env.round, {**reply, "sub": sub}, "secagg")]
 
     def _finish(self, round_: int, body: dict[str, Any]) -> list[Effect]:
         result, flops = self.learner.finish(body)

@@ -16,6 +16,9 @@ __all__ = ["TOL_MODES", "Address", "ProtocolConfig"]
 #: How ``tol`` is read (see :class:`ProtocolConfig`).
 TOL_MODES = ("absolute", "relative", "per_sample")
 
+#: Secure-aggregation modes (:mod:`fedstrata.nodes.secure`).
+SECURE_MODES = ("none", "secagg", "secagg+")
+
 
 @dataclass(frozen=True)
 class Address:
@@ -104,6 +107,21 @@ class ProtocolConfig:
         Differential privacy of the clients' statistics (rule ``sum``), ``None`` for
         off: each partial is clipped to L2 norm ``dp_clip`` and gets Gaussian noise
         of std ``dp_noise · dp_clip`` (the noise multiplier z).
+    dp_shares
+        Distributed noise under secure aggregation: each client adds noise of std
+        ``dp_noise · dp_clip / sqrt(dp_shares)``, so that a sum of at least
+        ``dp_shares`` members (the smallest threshold of the edge groups) carries the
+        full variance. 1: every release carries it (local DP).
+    secure
+        Secure aggregation (:mod:`fedstrata.nodes.secure`): ``"none"``, ``"secagg"``
+        (Bonawitz et al. 2017) or ``"secagg+"`` (Bell et al. 2020) at every tier.
+    secure_threshold
+        Shares needed to unmask: an int (absolute), a float in (0.5, 1] (a fraction
+        of the share holders) or None (the smallest safe, h // 2 + 1).
+    secure_neighbours
+        SecAgg+: neighbours per member (even); None: 2⌈log2 n⌉.
+    secure_scale_bits
+        Fixed-point precision of masked values: resolution 2**-bits.
     """
 
     run: str = "run"
@@ -139,6 +157,11 @@ class ProtocolConfig:
     personal: tuple[tuple[str, float, float], ...] = ()
     dp_clip: float | None = None
     dp_noise: float = 0.0
+    dp_shares: int = 1
+    secure: str = "none"
+    secure_threshold: int | float | None = None
+    secure_neighbours: int | None = None
+    secure_scale_bits: int = 24
 
     def mixing_of(self, node_id: str) -> tuple[float, float]:
         """(γ_ℓ, ρ_ℓ) of a client: its override, else ``gamma``/``rho``."""
@@ -146,6 +169,44 @@ class ProtocolConfig:
             if nid == node_id:
                 return gamma, rho
         return self.gamma, self.rho
+
+    def _check_secure(self) -> None:
+        if self.secure not in SECURE_MODES:
+            raise ValidationError(f"secure must be one of {SECURE_MODES}, got {self.secure!r}")
+        t = self.secure_threshold
+        if t is not None and (
+            isinstance(t, bool)
+            or (isinstance(t, int) and t < 2)
+            or (isinstance(t, float) and not 0.5 < t <= 1.0)
+        ):
+            raise ValidationError(
+                f"secure_threshold must be an int >= 2 or a fraction in (0.5, 1], got {t!r}"
+            )
+        k = self.secure_neighbours
+        if k is not None and (k < 2 or k % 2):
+            raise ValidationError(f"secure_neighbours must be even and >= 2, got {k!r}")
+        if not 8 <= self.secure_scale_bits <= 40:
+            raise ValidationError(
+                f"secure_scale_bits must be in 8 .. 40, got {self.secure_scale_bits!r}"
+            )
+        if self.secure == "none":
+            return
+        clash = [
+            what
+            for what, bad in (
+                (f"kind {self.kind!r} (needs 'sync')", self.kind != "sync"),
+                (f"stragglers {self.stragglers!r} (needs 'wait')", self.stragglers != "wait"),
+                ("over_select > 0", self.over_select > 0),
+                (f"compression {self.compression!r}", self.compression != "none"),
+                ("rule 'median' (not a sum)", self.rule == "median"),
+            )
+            if bad
+        ]
+        if clash:
+            raise ValidationError(
+                "secure aggregation sums each round's masked partials; it does not "
+                "combine with " + ", ".join(clash)
+            )
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -198,6 +259,9 @@ class ProtocolConfig:
             raise ValidationError("dp_clip must be > 0, with rule 'sum'")
         if not self.dp_noise >= 0:
             raise ValidationError(f"dp_noise must be >= 0, got {self.dp_noise!r}")
+        if self.dp_shares < 1:
+            raise ValidationError(f"dp_shares must be >= 1, got {self.dp_shares!r}")
+        self._check_secure()
         if self.personal_iters is not None and self.personal_iters < 1:
             raise ValidationError(f"personal_iters must be >= 1, got {self.personal_iters!r}")
         for nid, gamma, rho in self.personal:

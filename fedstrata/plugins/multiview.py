@@ -63,6 +63,7 @@ from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Learner, Step
 from fedstrata.nodes.config import ProtocolConfig
+from fedstrata.privacy.layout import Layout, SummedField
 from fedstrata.nodes.messages import (
     Shape,
     check_partial,
@@ -401,7 +402,8 @@ class MultiViewLearner(Learner):
 
         The float statistics (``num``, ``den``, ``costs``, ``mass``), taken as one vector,
         are clipped to L2 norm ``dp_clip`` and get noise of std ``dp_noise · dp_clip``
-        from the client's own child stream (its other draws stay as they were). The
+        (divided by √``dp_shares`` under secure aggregation: distributed noise whose
+        securely summed total carries the full variance) from the client's own child stream (its other draws stay as they were). The
         objective term is not sent (0.0): the root computes J from the noisy sums.
         Sample counts (``n``, ``counts``) are released as they are.
         """
@@ -415,7 +417,10 @@ class MultiViewLearner(Learner):
         H = len(partial["num"])
         flat = [*partial["num"], *partial["den"], partial["costs"], partial["mass"]]
         rel = gaussian_mechanism(
-            flat, clip=p.dp_clip, rng=self._dp_rng, sigma=p.dp_noise * p.dp_clip
+            flat,
+            clip=p.dp_clip,
+            rng=self._dp_rng,
+            sigma=p.dp_noise * p.dp_clip / math.sqrt(p.dp_shares),
         )
         out = dict(partial)
         arrays = list(rel.arrays)
@@ -642,6 +647,24 @@ class StatisticsAlgorithm(_MultiView):
         super().__init__(model, protocol, shape)
         self.name = f"{_family(model)}/sum"
 
+    def secure_layout(self) -> Layout:
+        """Statistics (noised under DP), then the counts and the objective."""
+        k, dims, H = self.shape.n_clusters, self.shape.dims, self.shape.n_views
+        per_view = tuple((k, d) for d in dims)
+        return Layout(
+            (
+                SummedField("num", per_view, listed=True, noised=True),
+                SummedField("den", per_view, listed=True, noised=True),
+                SummedField("costs", ((H,),), noised=True),
+                SummedField("mass", ((k,),), noised=True),
+                SummedField("counts", ((H,),), integer=True),
+                SummedField("n", ((),), integer=True),
+                SummedField("contributors", ((),), integer=True),
+                SummedField("objective", ((),)),
+            ),
+            {"mode": "stats"},
+        )
+
     def local_update(
         self,
         learner: MultiViewLearner,
@@ -687,6 +710,25 @@ class ParameterAlgorithm(_MultiView):
         super().__init__(model, protocol, shape)
         self.additive = protocol.rule != "median"
         self.name = f"{_family(model)}/{protocol.rule}"
+
+    def secure_layout(self) -> Layout:
+        """Weighted centres (``None`` where no member held the view), weights, counts."""
+        if not self.additive:
+            return super().secure_layout()
+        k, dims, H = self.shape.n_clusters, self.shape.dims, self.shape.n_views
+        return Layout(
+            (
+                SummedField(
+                    "wcenters", tuple((k, d) for d in dims), listed=True, optional_by="wheld"
+                ),
+                SummedField("wviews", ((H,),)),
+                SummedField("wheld", ((H,),)),
+                SummedField("n", ((),), integer=True),
+                SummedField("contributors", ((),), integer=True),
+                SummedField("objective", ((),)),
+            ),
+            {"mode": "params"},
+        )
 
     def local_update(
         self,

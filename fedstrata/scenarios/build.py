@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,7 +148,7 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
     and device nodes alike.
     """
     pr = sc.protocol
-    return ProtocolConfig(
+    config = ProtocolConfig(
         run=run,
         rule=pr.rule,
         rounds=pr.rounds,
@@ -177,6 +179,10 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         network_tau_s=1.0 if pr.network_kernel is None else pr.network_kernel.tau_s,
         dp_clip=None if sc.privacy.dp is None else sc.privacy.dp.clip,
         dp_noise=dp_noise_multiplier(sc),
+        secure=sc.privacy.secure_aggregation,
+        secure_threshold=sc.privacy.threshold,
+        secure_neighbours=sc.privacy.neighbours,
+        secure_scale_bits=sc.privacy.precision_bits,
         personal_iters=None if pr.personalization is None else pr.personalization.local_iters,
         personal=()
         if pr.personalization is None
@@ -185,6 +191,40 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
             for cid, m in sorted(pr.personalization.clients.items())
         ),
     )
+    shares = dp_shares(sc, config)
+    return config if shares == 1 else dataclasses.replace(config, dp_shares=shares)
+
+
+def secure_groups(sc: Scenario, wiring: Any = None) -> dict[str, tuple[int, bool]]:
+    """Each aggregator's session size (children asked per round) and whether they are clients.
+
+    The roster of a secure session is the children a round asks: all of them, or the
+    sampled ``ceil(sample * n)`` where clients are sampled.
+    """
+    wiring = wire_topology(sc) if wiring is None else wiring
+    clients = set(wiring.clients)
+    out = {}
+    for node, kids in wiring.children.items():
+        below = bool(kids) and kids[0] in clients
+        n = len(kids)
+        if below and sc.protocol.sample < 1.0:
+            n = max(1, math.ceil(sc.protocol.sample * n - 1e-9))
+        out[node] = (n, below)
+    return out
+
+
+def dp_shares(sc: Scenario, protocol: ProtocolConfig, wiring: Any = None) -> int:
+    """Distributed DP under secure aggregation: the smallest threshold of the client groups.
+
+    Each client then adds noise of variance σ²/t; any sum an aggregator can unmask
+    holds at least t inputs and so carries at least σ². 1 without secure aggregation.
+    """
+    if protocol.secure == "none" or sc.privacy.dp is None:
+        return 1
+    from fedstrata.nodes.secure import threshold_count
+
+    groups = secure_groups(sc, wiring)
+    return min(threshold_count(protocol, n) for n, below in groups.values() if below)
 
 
 def dp_noise_multiplier(sc: Scenario) -> float:

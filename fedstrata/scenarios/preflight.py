@@ -325,6 +325,42 @@ def _check_links(sc: Scenario) -> list[ScenarioError]:
     return errors
 
 
+def _check_secure(sc: Scenario, wiring: Wiring) -> list[ScenarioError]:
+    """Every secure session must be able to run: at least 3 members, a valid threshold."""
+    if sc.privacy.secure_aggregation == "none":
+        return []
+    from fedstrata.nodes.secure import group_config, holders, threshold_count
+    from fedstrata.scenarios.build import protocol_config, secure_groups
+
+    protocol = protocol_config(sc, "preflight")
+    errors: list[ScenarioError] = []
+    for node, (n, below) in sorted(secure_groups(sc, wiring).items()):
+        members = "clients" + (" asked per round" if below and sc.protocol.sample < 1 else "")
+        if n < 3:
+            errors.append(
+                ScenarioError(
+                    f"{node} aggregates {n} {members if below else 'children'}: a secure "
+                    f"sum of fewer than 3 gives a member's input away (one: the sum is it; "
+                    f"two: each learns the other's); give it at least 3",
+                    path="privacy.secure_aggregation",
+                )
+            )
+            continue
+        h, t = holders(protocol, n), threshold_count(protocol, n)
+        try:
+            group_config(protocol, n, 1).check_group(n)
+        except (FedstrataError, ValueError):
+            errors.append(
+                ScenarioError(
+                    f"threshold {t} does not fit {node}'s group of {n}: each member's "
+                    f"secrets have {h} share holders and the threshold must satisfy "
+                    f"h/2 < t <= h",
+                    path="privacy.threshold",
+                )
+            )
+    return errors
+
+
 def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     """Run every check a run makes before it starts, and return the prepared data.
 
@@ -370,9 +406,11 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     except (FedstrataError, ValueError) as exc:
         errors.append(ScenarioError(clip(str(exc), 300), path="algorithm"))
     try:
-        wire_topology(sc)
+        wiring = wire_topology(sc)
     except ScenarioError as exc:
         collect(exc)
+    else:
+        errors.extend(_check_secure(sc, wiring))
     errors.extend(_check_links(sc))
     if errors:
         raise ScenarioErrors(errors)

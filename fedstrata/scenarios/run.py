@@ -14,7 +14,7 @@ import shlex
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,39 +280,101 @@ def simulate(
     block, fed.client_rows = personalization_report(fed, sim.results)
     if block is not None:
         summary["personalization"] = block
-    privacy = privacy_report(sc, rounds)
+    privacy = privacy_report(sc, rounds, fed.sim.records)
     if privacy is not None:
         summary["privacy"] = privacy
     return fed, summary, rows
 
 
-def privacy_report(sc: Scenario, rounds: int) -> dict[str, Any] | None:
-    """The ``privacy`` block of a run's summary: DP settings and the ε spent.
+def privacy_report(
+    sc: Scenario, rounds: int, records: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any] | None:
+    """The ``privacy`` block of a run's summary (None with privacy off).
 
-    Every client releases at most one noisy partial per root round, so ``rounds``
-    releases are accounted (RDP); ``epsilon_spent`` never exceeds ``epsilon`` because
-    the noise was chosen for ``protocol.rounds`` releases. None without DP.
+    Secure aggregation (from the aggregators' ``aggregate`` records, so the same for
+    every transport): ``protocol``, ``sessions_unmasked`` and ``sessions_failed``
+    (one session per aggregator per round), ``rounds_unmasked``/``rounds_failed``
+    (the root's), ``dropouts_recovered`` (members whose masks were removed after
+    they vanished), ``members_refused`` (members that sat a round out: refused
+    parameters, values out of range), and ``overhead_bytes`` with its split
+    ``per_tier`` (the session's messages as delivered to and sent by the tier's
+    aggregators: key adverts, shares, unmasking, and the setup's share of each model
+    broadcast). These bytes are part of ``payload_bytes``.
+
+    Differential privacy: every client releases at most one noisy partial per root
+    round, so ``rounds`` releases are accounted (RDP); ``epsilon_spent`` never
+    exceeds ``epsilon`` because the noise was chosen for ``protocol.rounds`` releases.
     """
-    dp = sc.privacy.dp
-    if dp is None:
+    dp, mode = sc.privacy.dp, sc.privacy.secure_aggregation
+    if dp is None and mode == "none":
         return None
+    block: dict[str, Any] = {"protocol": mode}
+    if mode != "none":
+        block.update(_secure_report(sc, records))
+    if dp is None:
+        return block
     from fedstrata.privacy.dp import Accountant
-    from fedstrata.scenarios.build import dp_noise_multiplier
+    from fedstrata.scenarios.build import dp_noise_multiplier, dp_shares, protocol_config
 
     z = dp_noise_multiplier(sc)
     acc = Accountant(dp.delta)
     if rounds > 0:
         acc.spend(z, count=rounds)
-    return {
-        "mechanism": "gaussian",
-        "accountant": "rdp",
-        "epsilon": dp.epsilon,
-        "delta": dp.delta,
-        "clip": dp.clip,
-        "noise_multiplier": round(z, 9),
-        "releases": rounds,
-        "epsilon_spent": round(acc.epsilon(), 9) if rounds > 0 else 0.0,
+    shares = dp_shares(sc, protocol_config(sc, "report"))
+    block.update(
+        {
+            "mechanism": "gaussian",
+            "noise": "local" if mode == "none" else "distributed",
+            "noise_shares": shares,
+            "accountant": "rdp",
+            "epsilon": dp.epsilon,
+            "delta": dp.delta,
+            "clip": dp.clip,
+            "noise_multiplier": round(z, 9),
+            "releases": rounds,
+            "epsilon_spent": round(acc.epsilon(), 9) if rounds > 0 else 0.0,
+        }
+    )
+    return block
+
+
+def _secure_report(sc: Scenario, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    root = sc.topology.cloud_id
+    tiers: dict[str, dict[str, int]] = {}
+    out = {
+        "sessions_unmasked": 0,
+        "sessions_failed": 0,
+        "rounds_unmasked": 0,
+        "rounds_failed": 0,
+        "dropouts_recovered": 0,
+        "members_refused": 0,
+        "overhead_bytes": 0,
     }
+    for rec in records:
+        if rec["kind"] in ("secure_refused", "secure_overflow"):
+            out["members_refused"] += 1
+            continue
+        f = rec["fields"]
+        if rec["kind"] != "aggregate" or "secure_failure" not in f:
+            continue
+        failed = bool(f["secure_failure"])
+        up, down = int(f.get("privacy_bytes_up", 0)), int(f.get("privacy_bytes_down", 0))
+        row = tiers.setdefault(
+            f["tier"],
+            {"sessions": 0, "failed": 0, "recovered": 0, "bytes_up": 0, "bytes_down": 0},
+        )
+        row["sessions"] += 1
+        row["failed"] += failed
+        row["recovered"] += int(f.get("recovered", 0))
+        row["bytes_up"] += up
+        row["bytes_down"] += down
+        out["sessions_failed" if failed else "sessions_unmasked"] += 1
+        if f["node"] == root:
+            out["rounds_failed" if failed else "rounds_unmasked"] += 1
+        out["dropouts_recovered"] += int(f.get("recovered", 0))
+        out["overhead_bytes"] += up + down
+    out["per_tier"] = dict(sorted(tiers.items()))
+    return out
 
 
 #: Columns of clients.csv (personalization on): per-client metrics of both models.

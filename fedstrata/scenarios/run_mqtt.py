@@ -378,7 +378,7 @@ def mqtt_run(
     block, fed.client_rows = personalization_report(fed, results)
     if block is not None:
         summary["personalization"] = block
-    privacy = privacy_report(sc, rounds)
+    privacy = privacy_report(sc, rounds, records)
     if privacy is not None:
         summary["privacy"] = privacy
     return fed, summary, rows

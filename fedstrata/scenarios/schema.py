@@ -61,6 +61,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -1020,19 +1021,45 @@ class DPSpec(_Strict):
 
 
 class PrivacySpec(_Strict):
-    """Privacy settings. Secure aggregation is not implemented yet: ``true`` is an error."""
+    """Privacy settings: secure aggregation at every tier, differential privacy, signing.
 
-    secure_aggregation: bool = False
+    ``secure_aggregation`` masks every partial so each aggregator learns only the sum
+    of its children's: ``secagg`` (Bonawitz et al., CCS 2017) or ``secagg+`` (Bell et
+    al., CCS 2020, each member paired with ``neighbours`` others on a random regular
+    graph). ``threshold`` is how many share holders must answer to unmask: an integer,
+    or a fraction in (0.5, 1] of the holders; by default the smallest safe value,
+    h // 2 + 1. ``precision_bits`` is the fixed-point resolution of masked values
+    (2**-bits). ``true``/``false`` are read as ``secagg``/``none``.
+    """
+
+    secure_aggregation: Literal["none", "secagg", "secagg+"] = "none"
+    threshold: int | Annotated[float, Field(gt=0.5, le=1.0)] | None = None
+    neighbours: Annotated[int, Field(ge=2, le=1_000_000)] | None = None
+    precision_bits: Annotated[int, Field(ge=8, le=40, description="8 .. 40")] = 24
     #: Gaussian-mechanism noise on the clients' statistics, with accounting.
     dp: DPSpec | None = None
 
-    @field_validator("secure_aggregation")
+    @field_validator("secure_aggregation", mode="before")
     @classmethod
-    def _implemented(cls, value: bool) -> bool:
-        if value:
-            raise ValueError(
-                "secure aggregation is not implemented yet; remove it or set it to false"
-            )
+    def _booleans(cls, value: Any) -> Any:
+        if value is True:
+            return "secagg"
+        if value is False or value is None:
+            return "none"
+        return value
+
+    @field_validator("threshold")
+    @classmethod
+    def _threshold(cls, value: int | float | None) -> int | float | None:
+        if isinstance(value, int) and not isinstance(value, bool) and value < 2:
+            raise ValueError("an absolute threshold must be >= 2 (one share reveals a secret)")
+        return value
+
+    @field_validator("neighbours")
+    @classmethod
+    def _even(cls, value: int | None) -> int | None:
+        if value is not None and value % 2:
+            raise ValueError(f"must be even (a regular ring graph), got {value}")
         return value
 
 
@@ -1113,6 +1140,28 @@ class Scenario(_Strict):
                 return tier.name
         return None
 
+    def _check_privacy(self, fail: Callable[[str, str], None]) -> None:
+        """Secure aggregation sums synchronous rounds of additive partials."""
+        pv, p = self.privacy, self.protocol
+        if pv.secure_aggregation == "none":
+            for key in ("threshold", "neighbours"):
+                if getattr(pv, key) is not None:
+                    fail(f"privacy.{key}", "is for secure aggregation, which is off")
+            return
+        if pv.neighbours is not None and pv.secure_aggregation != "secagg+":
+            fail("privacy.neighbours", "is for secure_aggregation: secagg+ only")
+        why = "secure aggregation sums each round's masked partials"
+        if p.rule == "median":
+            fail("protocol.rule", f"{why}: rule 'median' is no sum (use sum, weighted or mean)")
+        if p.kind != "sync":
+            fail("protocol.kind", f"{why}: kind {p.kind!r} needs each child's own partial")
+        if p.stragglers != "wait":
+            fail("protocol.stragglers", f"{why}: only 'wait' (a dropout's masks are recovered)")
+        if p.over_select > 0:
+            fail("protocol.over_select", f"{why}: a masked round uses every reply it gets")
+        if p.compression.scheme != "none":
+            fail("protocol.compression.scheme", f"{why}: masked values are fixed-point already")
+
     @model_validator(mode="after")
     def _cross_checks(self) -> Scenario:
         errors: list[ScenarioError] = []
@@ -1158,6 +1207,7 @@ class Scenario(_Strict):
                 f"noise is added to summed statistics: it needs protocol.rule: sum "
                 f"(rule is {p.rule!r})",
             )
+        self._check_privacy(fail)
         if p.personalization is not None:
             for cid in p.personalization.clients:
                 if self.tier_of(cid) != "edge":

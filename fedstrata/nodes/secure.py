@@ -1,0 +1,264 @@
+"""Secure aggregation in the node core: one SecAgg(+) session per aggregation round.
+
+With ``protocol.secure`` on (``"secagg"`` or ``"secagg+"``), an aggregator never
+sees a child's partial. Each round it collects, it runs one session of
+:mod:`fedstrata.privacy.secagg` over the children it asked; the children's additive
+partials travel as masked fixed-point vectors in the algorithm's
+:class:`~fedstrata.privacy.layout.Layout`, and the aggregator gets their sum only.
+A middle tier is a member of its parent's session in turn, with its own children's
+sum as input, so the cloud learns only sums of fog sums.
+
+Messages
+--------
+* The session's setup rides in the round's model body (``body["secagg"]``), so a
+  round costs no extra broadcast.
+* Members answer on the group's ``up`` topic with ``secagg`` envelopes.
+* The aggregator's per-member messages (key lists, forwarded shares, unmasking
+  requests) go to ``fs/{run}/{tier}/{group}/to/{member}``
+  (:func:`~fedstrata.mqtt.member_topic`).
+
+Each phase waits for every expected reply or the aggregator's deadline, whichever
+comes first. Fewer than the threshold: the round fails (recorded), nothing is
+decoded, and the next round opens a fresh session.
+
+Parameters both sides derive
+----------------------------
+Members do not take the aggregator's word for the parameters: each computes the
+:class:`~fedstrata.privacy.secagg.SecAggConfig` it accepts from its own protocol
+settings and the roster size (:func:`group_config`), and refuses a setup that
+differs (a lower threshold, say). The fixed-point range is the widest whose sum over
+the roster cannot wrap modulo 2**64 (:func:`headroom_clip`); a member whose partial
+exceeds it does not take part in the round and records why (never a wrapped sum).
+
+Not masked: the setup round (initial candidates, kernel references) and the models
+the root broadcasts. Those are documented limits, not oversights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fedstrata.errors import PrivacyError, ValidationError, WireError
+from fedstrata.nodes.config import ProtocolConfig
+from fedstrata.privacy import secagg
+from fedstrata.privacy.layout import Layout, flatten, unflatten
+
+__all__ = [
+    "REFUSALS",
+    "SecureCollection",
+    "SecureMember",
+    "default_degree",
+    "group_config",
+    "headroom_clip",
+    "holders",
+    "session_seeds",
+    "threshold_count",
+]
+
+_MODULUS_BITS = 64
+
+#: What a session raises when a message or the parameters are refused: recorded, the
+#: round goes on without that member (or fails below threshold), never a crash.
+REFUSALS = (PrivacyError, WireError, ValidationError)
+
+
+def default_degree(n: int) -> int:
+    """SecAgg+'s default neighbour count for ``n`` members: 2⌈log2 n⌉ (even), as Bell et al."""
+    return 2 * max(1, math.ceil(math.log2(max(n, 2))))
+
+
+def _degree(protocol: ProtocolConfig, n: int) -> int | None:
+    if protocol.secure != "secagg+":
+        return None
+    return protocol.secure_neighbours or default_degree(n)
+
+
+def holders(protocol: ProtocolConfig, n: int) -> int:
+    """How many members hold shares of one member's secrets in a group of ``n``."""
+    degree = _degree(protocol, n)
+    return n if degree is None or degree >= n - 1 else degree + 1
+
+
+def threshold_count(protocol: ProtocolConfig, n: int) -> int:
+    """The threshold t in a group of ``n``: absolute, a fraction of the holders, or h//2+1."""
+    h = holders(protocol, n)
+    t = protocol.secure_threshold
+    if t is None:
+        return h // 2 + 1
+    if isinstance(t, int):
+        return t
+    return max(h // 2 + 1, math.ceil(t * h - 1e-9))
+
+
+def headroom_clip(n: int, scale_bits: int) -> float:
+    """The widest per-member range [−clip, clip] whose sum over ``n`` cannot wrap mod 2**64."""
+    q = ((1 << (_MODULUS_BITS - 1)) - 1) // n
+    return math.ldexp(float(q) * (1.0 - 2.0**-40), -scale_bits)
+
+
+def group_config(protocol: ProtocolConfig, n: int, length: int) -> secagg.SecAggConfig:
+    """The SecAgg parameters of a group of ``n`` members sending vectors of ``length``."""
+    t = protocol.secure_threshold
+    threshold = None if t is None else threshold_count(protocol, n)
+    return secagg.SecAggConfig(
+        vector_length=length,
+        clip=headroom_clip(n, protocol.secure_scale_bits),
+        threshold=threshold,
+        scale_bits=protocol.secure_scale_bits,
+        modulus_bits=_MODULUS_BITS,
+        degree=_degree(protocol, n),
+    )
+
+
+def session_seeds(run: str, node: str, round_: int, sub: int) -> tuple[bytes, bytes]:
+    """A session id unique to (run, aggregator, round, sub), and the public graph seed.
+
+    Keys and self-mask seeds are fresh random bytes every session; these two are
+    public values, derived so that a simulated run is reproducible.
+    """
+    tag = f"{run}\x00{node}\x00{round_}\x00{sub}".encode()
+    session = hashlib.blake2b(tag, digest_size=secagg.SESSION_BYTES, person=b"fs-session").digest()
+    graph = hashlib.blake2b(tag, digest_size=32, person=b"fs-graph").digest()
+    return session, graph
+
+
+class SecureCollection:
+    """The aggregator's side of one round: a SecAgg server over the asked children.
+
+    Parameters
+    ----------
+    roster
+        The members asked this round (their order fixes their share ids).
+    protocol
+        The run's protocol settings (mode, threshold, neighbours, precision).
+    layout
+        The algorithm's summed fields.
+    run, node, round_, sub
+        Identify the session (see :func:`session_seeds`).
+    """
+
+    def __init__(
+        self,
+        roster: Sequence[str],
+        protocol: ProtocolConfig,
+        layout: Layout,
+        *,
+        run: str,
+        node: str,
+        round_: int,
+        sub: int,
+    ) -> None:
+        self.layout = layout
+        self.config = group_config(protocol, len(roster), layout.length)
+        session, graph = session_seeds(run, node, round_, sub)
+        self.server = secagg.SecAggServer(roster, self.config, session=session, graph_seed=graph)
+        self.threshold = self.server.threshold
+        self.bytes_up = 0  # members' secagg replies received
+        self.bytes_down = 0  # setup share of the model, per-member messages
+
+    @property
+    def phase(self) -> secagg.ServerPhase:
+        """The replies the session collects now."""
+        return self.server.phase
+
+    def setup(self) -> dict[str, Any]:
+        """The setup message (the same for every member), for the model body."""
+        return next(iter(self.server.start().values()))
+
+    def receive(self, sender: str, message: Mapping[str, Any], nbytes: int) -> bool:
+        """Take one member's reply; False if the current phase does not wait for it.
+
+        Raises :class:`~fedstrata.errors.WireError` for a reply of the right phase
+        with bad content (the member is then left out of the phase).
+        """
+        taken = self.server.receive(sender, message)
+        if taken:
+            self.bytes_up += nbytes
+        return taken
+
+    @property
+    def complete(self) -> bool:
+        """Whether every reply the current phase waits for has arrived."""
+        return not self.server.waiting_for
+
+    def advance(self) -> dict[str, dict[str, Any]] | dict[str, Any]:
+        """Close the current phase: the next messages per member, or the summed partial.
+
+        Raises a :class:`~fedstrata.errors.PrivacyError` (below threshold, a failed
+        check, an out-of-range sum): the round produces no sum.
+        """
+        if self.server.phase is secagg.ServerPhase.REVEAL:
+            result = self.server.finish()
+            self.result = result
+            return unflatten(result.values, self.layout)
+        return self.server.advance()
+
+
+class SecureMember:
+    """A member's side of one session: a SecAgg client fed with the aggregator's messages.
+
+    Built from the setup message in a model body; ``input`` may come later (a middle
+    tier's own round is still running): a ``collect`` that arrives first is held.
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        protocol: ProtocolConfig,
+        layout: Layout,
+        setup: Mapping[str, Any],
+    ) -> None:
+        if not isinstance(setup, Mapping):
+            raise WireError("body field 'secagg' must be a map")
+        roster = setup.get("roster")
+        if not isinstance(roster, list) or not roster:
+            raise WireError("secagg setup without a roster")
+        self.layout = layout
+        self.config = group_config(protocol, len(roster), layout.length)
+        self.client = secagg.SecAggClient(node_id, self.config)
+        self.session = setup.get("session")
+        self.roster = tuple(roster)
+        self._setup = setup
+        self._held: Mapping[str, Any] | None = None
+        self.has_input = False
+
+    def keys(self) -> dict[str, Any]:
+        """The reply to the setup (raises a PrivacyError if the parameters are refused)."""
+        return self.client.handle(self._setup)
+
+    def provide(
+        self, partial: Mapping[str, Any], *, skip: Sequence[str] = ()
+    ) -> dict[str, Any] | None:
+        """Set this round's input; the masked reply if the ``collect`` already came.
+
+        Raises :class:`~fedstrata.privacy.fixedpoint.FixedPointOverflowError` when a
+        value lies outside the group's fixed-point range (the member then sends
+        nothing: it is a dropout, never a wrapped sum).
+        """
+        from fedstrata.privacy.fixedpoint import FixedPointOverflowError
+
+        vector = flatten(partial, self.layout, skip=skip)
+        worst = float(np.max(np.abs(vector))) if vector.size else 0.0
+        if worst > self.config.clip:
+            raise FixedPointOverflowError(
+                f"a value of magnitude {worst:.3g} exceeds the fixed-point range "
+                f"±{self.config.clip:.3g} of a group of {len(self.roster)}"
+            )
+        self.client.set_input(vector)
+        self.has_input = True
+        held, self._held = self._held, None
+        return None if held is None else self.client.handle(held)
+
+    def handle(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The reply to one per-member message (None: a ``collect`` held for the input)."""
+        if message.get("type") == secagg.COLLECT and not self.has_input:
+            if message.get("session") != self.session:
+                raise WireError("secagg message of another session")
+            self._held = message
+            return None
+        return self.client.handle(message)

@@ -14,10 +14,12 @@ the aggregator's node id, and ``fs/{run}/presence/{node}``); the run id is any
 * for everyone (``pattern`` lines, ``%u`` the user name): an aggregator reads its
   own group's ``up`` (``fs/+/+/%u/up``) and writes its own group's ``down`` and
   ``config`` (``fs/+/+/%u/down``, ``fs/+/+/%u/config``: the models and the run's
-  configuration); every node writes its own presence (``fs/+/presence/%u``);
+  configuration) and its secure-aggregation messages to each member
+  (``fs/+/+/%u/to/+``); every node writes its own presence (``fs/+/presence/%u``);
 * per node (``user`` sections, from the scenario's topology): a node with parent
-  ``P`` of tier ``T`` writes ``fs/+/T/P/up`` and reads ``fs/+/T/P/down`` and
-  ``fs/+/T/P/config``; an aggregator reads its children's presence topics.
+  ``P`` of tier ``T`` writes ``fs/+/T/P/up`` and reads ``fs/+/T/P/down``,
+  ``fs/+/T/P/config`` and its own ``fs/+/T/P/to/{node}``; an aggregator reads its
+  children's presence topics.
 
 Anything else is denied: a client cannot publish another group's ``up``, any
 ``down`` or ``config``, or someone else's presence, and reads nothing but its
@@ -101,6 +103,7 @@ def acl_text(
         "pattern read fs/+/+/%u/up",
         "pattern write fs/+/+/%u/down",
         "pattern write fs/+/+/%u/config",
+        "pattern write fs/+/+/%u/to/+",
         "# everyone: write its own presence",
         "pattern write fs/+/presence/%u",
         "",
@@ -128,6 +131,7 @@ def acl_text(
                 f"topic write fs/+/{tier}/{parent}/up",
                 f"topic read fs/+/{tier}/{parent}/down",
                 f"topic read fs/+/{tier}/{parent}/config",
+                f"topic read fs/+/{tier}/{parent}/to/{node}",
             ]
         section += [
             f"topic read fs/+/presence/{c}" for c in sorted(children.get(node, []), key=_natural)
@@ -154,7 +158,8 @@ def bridge_text(
     """Return the bridge section connecting ``site``'s broker to the broker at ``remote``.
 
     With ``cloud_id`` only what a fog site exchanges with its parent crosses: the
-    parent group's ``up`` (out), its ``down`` and ``config`` (in) and the site's
+    parent group's ``up`` (out), its ``down``, ``config`` and the site's own
+    ``to/{site}`` (in: secure aggregation's messages for it) and the site's
     presence (out);
     without it every topic of the run (``fs/{run}/#``) is bridged both ways.
     The remote broker sees the bridge as the user ``remote_username`` (the site's
@@ -184,6 +189,7 @@ def bridge_text(
             f"topic {group}/up out 1",
             f"topic {group}/down in 1",
             f"topic {group}/config in 1",
+            f"topic {group}/to/{site} in 1",
             f"topic fs/{run}/presence/{site} out 1",
         ]
     return "\n".join(lines) + "\n"

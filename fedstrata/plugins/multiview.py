@@ -63,7 +63,6 @@ from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Learner, Step
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.privacy.layout import Layout, SummedField
 from fedstrata.nodes.messages import (
     Shape,
     check_partial,
@@ -80,6 +79,7 @@ from fedstrata.nodes.messages import (
     sum_partials,
     to_stats,
 )
+from fedstrata.privacy.layout import Layout, SummedField
 
 __all__ = [
     "LEAN_MAX_SAMPLES",
@@ -403,8 +403,9 @@ class MultiViewLearner(Learner):
         The float statistics (``num``, ``den``, ``costs``, ``mass``), taken as one vector,
         are clipped to L2 norm ``dp_clip`` and get noise of std ``dp_noise · dp_clip``
         (divided by √``dp_shares`` under secure aggregation: distributed noise whose
-        securely summed total carries the full variance) from the client's own child stream (its other draws stay as they were). The
-        objective term is not sent (0.0): the root computes J from the noisy sums.
+        securely summed total carries the full variance) from the client's own child
+        stream (its other draws stay as they were). The objective term is not sent
+        (0.0): the root computes J from the noisy sums.
         Sample counts (``n``, ``counts``) are released as they are.
         """
         p = self.algorithm.protocol

@@ -227,7 +227,7 @@ def test_below_threshold_the_round_fails_cleanly_and_the_next_one_runs():
         run="t", rule="sum", kernel_scope="local", tol=0.0, secure="secagg", rounds=2
     )
     crash = {f"client-{i}" for i in range(5)}  # 5 of 9 vanish after masking; t = 5
-    root, _, clients, nodes = build([9], proto, crash)
+    root, _, _clients, nodes = build([9], proto, crash)
     lb = Loopback(nodes)
     lb.start()
     lb.run()
@@ -244,7 +244,7 @@ def test_below_threshold_the_round_fails_cleanly_and_the_next_one_runs():
 def test_a_member_refuses_parameters_other_than_its_own():
     """Members derive the parameters themselves: an aggregator cannot weaken them."""
     strict = protocol("secagg", secure_threshold=1.0)  # the members want t = n
-    root, _, clients, nodes = build([5], strict)
+    root, _, _clients, nodes = build([5], strict)
     root.protocol = protocol("secagg")  # the root announces the default t = 3
     lb = Loopback(nodes)
     lb.start()
@@ -282,7 +282,7 @@ def test_what_the_aggregator_sees_is_uniform_and_fresh_every_round():
 
 def test_a_plaintext_update_never_enters_a_secure_round():
     proto = protocol("secagg")
-    root, _, clients, nodes = build([5], proto)
+    root, _, _clients, nodes = build([5], proto)
     lb = Loopback(nodes)
     lb.start()
     plain = wire.Envelope(

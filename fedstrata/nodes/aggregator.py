@@ -60,8 +60,10 @@ from fedstrata.nodes.runconfig import (
     model_config,
     read_config,
 )
+from fedstrata.nodes.sealing import PLAIN, Seal, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember
 from fedstrata.privacy.secagg import ServerPhase
+from fedstrata.privacy.signing import AuthenticationError
 from fedstrata.protocols import strategy_for
 from fedstrata.protocols.strategy import Closing, Contribution, Strategy
 from fedstrata.protocols.sync import SyncRounds
@@ -144,6 +146,7 @@ class AggregatorNode:
         algorithm: Algorithm | None = None,
         strategy: Strategy | None = None,
         clients_below: bool = True,
+        seal: Seal | None = None,
     ) -> None:
         if not children:
             raise NodeProtocolError(f"aggregator {node_id} has no children")
@@ -175,6 +178,7 @@ class AggregatorNode:
             compressions=self.algorithm.compressions,
         )
         self.clients_below = clients_below
+        self._seal = seal or PLAIN
         if not self.algorithm.additive and self.strategy.needs_additive:
             raise NodeProtocolError(
                 f"protocol kind {self.strategy.kind!r} mixes additive partials; "
@@ -287,7 +291,7 @@ class AggregatorNode:
             return [Record(kind="peer_lost", fields={"node": self.node_id, "peer": event.node_id})]
         if isinstance(event, Delivered):
             try:
-                env = wire.decode(event.payload)
+                env = self._seal.decode(event.payload)
                 if event.topic == self._up():
                     return self._on_update(env, len(event.payload))
                 if event.topic == self._topics[4]:
@@ -295,6 +299,8 @@ class AggregatorNode:
                 if event.topic == self._member_topic:
                     return self._on_parent_secagg(env)
                 return self._on_parent_model(env)
+            except AuthenticationError as exc:
+                return [rejected(self.node_id, exc)]
             except WireError as exc:
                 return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
         raise NodeProtocolError(f"unknown event {type(event).__name__}")
@@ -324,7 +330,12 @@ class AggregatorNode:
             cid=self.config_id,
             extras=self.extras,
         )
-        return Publish(topic=self._topics[3], payload=payload, qos=self.protocol.qos, retain=True)
+        return Publish(
+            topic=self._topics[3],
+            payload=self._seal.wrap(payload),
+            qos=self.protocol.qos,
+            retain=True,
+        )
 
     def _broadcast(
         self, round_: int, body: dict[str, Any], *, collect: bool = True
@@ -368,10 +379,11 @@ class AggregatorNode:
             sender=self.node_id,
             body=body,
         )
-        payload = wire.encode(env)
+        payload = self._seal.encode(env)
         if collect and self._secure is not None:  # the setup's share of the broadcast
             plain = {k: v for k, v in body.items() if k != "secagg"}
-            extra_bytes = len(payload) - len(wire.encode(dataclasses.replace(env, body=plain)))
+            bare = dataclasses.replace(env, body=plain)
+            extra_bytes = len(wire.encode(env)) - len(wire.encode(bare))
             self._secure.bytes_down += extra_bytes * len(self.children)
         effects: list[Effect] = [
             Publish(topic=self._down(), payload=payload, qos=self.protocol.qos, retain=True)
@@ -500,7 +512,7 @@ class AggregatorNode:
             sender=self.node_id,
             body={**message, "sub": self.sub},
         )
-        payload = wire.encode(env)
+        payload = self._seal.encode(env)
         assert self._secure is not None
         self._secure.bytes_down += len(payload)
         topic = member_topic(self.protocol.run, self.tier, self.node_id, member)
@@ -866,7 +878,7 @@ class AggregatorNode:
             sender=self.node_id,
             body={**reply, "sub": sub},
         )
-        return Publish(topic=self._topics[2], payload=wire.encode(env), qos=self.protocol.qos)
+        return Publish(topic=self._topics[2], payload=self._seal.encode(env), qos=self.protocol.qos)
 
     def _forward(self, partial: dict[str, Any]) -> list[Effect]:
         """Send a partial up: in the clear, or as this member's masked input."""
@@ -912,7 +924,7 @@ class AggregatorNode:
         )
         return Publish(
             topic=self._topics[2],
-            payload=wire.encode(env),
+            payload=self._seal.encode(env),
             qos=self.protocol.qos,
         )
 

@@ -37,7 +37,9 @@ from fedstrata.nodes.events import (
 )
 from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.runconfig import model_config, read_config
+from fedstrata.nodes.sealing import PLAIN, Seal, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureMember
+from fedstrata.privacy.signing import AuthenticationError
 
 __all__ = ["ClientNode", "ClientState", "decode_shared"]
 
@@ -139,6 +141,7 @@ class ClientNode:
         view_ids: Sequence[int] | None = None,
         dims: Sequence[int] | None = None,
         algorithm: Algorithm | None = None,
+        seal: Seal | None = None,
     ) -> None:
         self.node_id = node_id
         self.parent = parent
@@ -155,6 +158,7 @@ class ClientNode:
         self.learner = self.algorithm.learner(
             self.views, view_ids=self.view_ids, rng=self.rng, node_id=node_id
         )
+        self._seal = seal or PLAIN
         self.state = ClientState.NEW
         self._seen: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
@@ -198,12 +202,14 @@ class ClientNode:
             return []
         if isinstance(event, Delivered):
             try:
-                env = decode_shared(event.payload)
+                env = self._seal.decode(event.payload, decode_shared)
                 if event.topic == self._config_topic:
                     return self._on_config(env)
                 if event.topic == self._member_topic:
                     return self._on_secagg(env)
                 return self._on_model(env)
+            except AuthenticationError as exc:
+                return [rejected(self.node_id, exc)]
             except WireError as exc:
                 return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
         raise NodeProtocolError(f"unknown event {type(event).__name__}")
@@ -221,7 +227,7 @@ class ClientNode:
         )
         return Publish(
             topic=self._up_topic,
-            payload=wire.encode(env),
+            payload=self._seal.encode(env),
             qos=self.protocol.qos,
         )
 

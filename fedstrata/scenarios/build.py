@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,8 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.messages import Shape
+from fedstrata.nodes.sealing import PLAIN, Seal
+from fedstrata.privacy.signing import NodeKeys
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.preflight import prepare_data, split_samples, wire_topology
 from fedstrata.scenarios.schema import LatencySpec, LinkSpec, Scenario, clip
@@ -287,6 +290,7 @@ def build_federation(
     wiring = wire_topology(sc)  # raises when an aggregator would have no children
     tiers, tier_of, parents = wiring.tiers, wiring.tier_of, wiring.parents
     children, clients = wiring.children, wiring.clients
+    seals = seals_for(sc, [n for _, group in tiers for n in group] + list(clients))
 
     sim = Simulation(sc.seed, record_events=record_events)
     for name, group in tiers:
@@ -311,6 +315,7 @@ def build_federation(
                 quorum=pr.quorum,
                 period=period,
                 clients_below=level == len(tiers) - 1,
+                seal=seals[node],
             )
             conns = [Connection(node, None)]
             if parent is not None:
@@ -336,6 +341,7 @@ def build_federation(
             seed=int(np.random.default_rng([sc.seed, 2, j]).integers(2**31)),
             view_ids=held[j],
             dims=shape.dims,
+            seal=seals[c],
         )
         sim.add_node(
             node,
@@ -406,6 +412,7 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
                 seed=int(old.rng.integers(2**31)),
                 view_ids=old.view_ids,
                 dims=old.shape.dims,
+                seal=old._seal.fresh(),
             )
         return AggregatorNode(
             old.node_id,
@@ -419,6 +426,20 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
             quorum=old.quorum,
             period=old.period,
             clients_below=old.clients_below,
+            seal=old._seal.fresh(),
         )
 
     return make
+
+
+def seals_for(sc: Scenario, nodes: Sequence[str]) -> dict[str, Seal]:
+    """Each node's :class:`~fedstrata.nodes.sealing.Seal` (``privacy.sign``; else plain).
+
+    Keys derived from the scenario's seed: reproducible, and as secret as the seed
+    (devices read key files instead: ``fedstrata keys``).
+    """
+    if not sc.privacy.sign:
+        return {n: PLAIN for n in nodes}
+    keys = {n: NodeKeys.derived(sc.seed, n) for n in nodes}
+    public = {n: k.public_key for n, k in keys.items()}
+    return {n: Seal(keys[n], public) for n in nodes}

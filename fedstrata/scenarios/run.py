@@ -14,6 +14,7 @@ import shlex
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -301,16 +302,23 @@ def privacy_report(
     aggregators: key adverts, shares, unmasking, and the setup's share of each model
     broadcast). These bytes are part of ``payload_bytes``.
 
+    Signing (``signed``): ``rejected`` counts the messages nodes refused, by reason
+    (``unsigned``, ``forged``, ``unknown_sender``, ``replay``); each signed message
+    carries 64 bytes more.
+
     Differential privacy: every client releases at most one noisy partial per root
     round, so ``rounds`` releases are accounted (RDP); ``epsilon_spent`` never
     exceeds ``epsilon`` because the noise was chosen for ``protocol.rounds`` releases.
     """
     dp, mode = sc.privacy.dp, sc.privacy.secure_aggregation
-    if dp is None and mode == "none":
+    if dp is None and mode == "none" and not sc.privacy.sign:
         return None
-    block: dict[str, Any] = {"protocol": mode}
+    block: dict[str, Any] = {"protocol": mode, "signed": sc.privacy.sign}
     if mode != "none":
         block.update(_secure_report(sc, records))
+    if sc.privacy.sign:
+        rejected = Counter(r["fields"]["reason"] for r in records if r["kind"] == "rejected")
+        block["rejected"] = dict(sorted(rejected.items()))
     if dp is None:
         return block
     from fedstrata.privacy.dp import Accountant

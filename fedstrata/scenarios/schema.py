@@ -1030,12 +1030,19 @@ class PrivacySpec(_Strict):
     or a fraction in (0.5, 1] of the holders; by default the smallest safe value,
     h // 2 + 1. ``precision_bits`` is the fixed-point resolution of masked values
     (2**-bits). ``true``/``false`` are read as ``secagg``/``none``.
+
+    ``sign`` signs every message with the sender's Ed25519 key (64 bytes each) and
+    makes every node refuse unsigned, forged and replayed messages (counted by
+    reason). Keys come from the seed in simulations and MQTT runs of one machine, and
+    from key files on devices (``fedstrata keys``, ``fedstrata node --key``).
     """
 
     secure_aggregation: Literal["none", "secagg", "secagg+"] = "none"
     threshold: int | Annotated[float, Field(gt=0.5, le=1.0)] | None = None
     neighbours: Annotated[int, Field(ge=2, le=1_000_000)] | None = None
     precision_bits: Annotated[int, Field(ge=8, le=40, description="8 .. 40")] = 24
+    #: Ed25519 signatures on every message; forged, replayed and unsigned ones are refused.
+    sign: bool = False
     #: Gaussian-mechanism noise on the clients' statistics, with accounting.
     dp: DPSpec | None = None
 

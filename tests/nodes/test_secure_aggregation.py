@@ -71,9 +71,9 @@ class Crashing:
         return effects
 
 
-def protocol(mode: str = "secagg", **kw) -> ProtocolConfig:
+def protocol(mode: str = "secagg", rounds: int = 1, **kw) -> ProtocolConfig:
     return ProtocolConfig(
-        run="t", rule="sum", kernel_scope="local", tol=0.0, secure=mode, rounds=1, **kw
+        run="t", rule="sum", kernel_scope="local", tol=0.0, secure=mode, rounds=rounds, **kw
     )
 
 

@@ -560,6 +560,53 @@ def _print_comparison(cmp: dict[str, Any]) -> None:
     Console(soft_wrap=True, width=max(80, width)).print(table)
 
 
+@app.command()
+def keys(
+    scenario: Path = typer.Argument(..., metavar="SCENARIO", help="The federation's scenario."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder for the key files (created)."),
+    force: bool = typer.Option(False, "--force", help="Replace existing key files."),
+) -> None:
+    """Write a fresh Ed25519 key for every node of a scenario, and the public-key roster.
+
+    ``DIR/NODE.key`` (mode 0600) goes to that node's device only; ``DIR/public-keys.json``
+    goes to every device. Their node.yaml names both under ``signing``.
+    """
+    import json
+
+    from fedstrata.privacy.signing import NodeKeys
+    from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
+    from fedstrata.scenarios.preflight import wire_topology
+
+    try:
+        sc = load_scenario(scenario, preflight=False)
+    except ScenarioErrors as exc:
+        for e in exc.errors:
+            err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(1) from None
+    wiring = wire_topology(sc)
+    nodes = [n for _, group in wiring.tiers for n in group] + list(wiring.clients)
+    roster = out_dir / "public-keys.json"
+    clash = [p for p in [roster, *(out_dir / f"{n}.key" for n in nodes)] if p.exists()]
+    if clash and not force:
+        raise _fail(f"{clash[0]} exists (and {len(clash) - 1} more); use --force to replace")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        public = {}
+        for n in nodes:
+            k = NodeKeys.generate()
+            k.save(out_dir / f"{n}.key", overwrite=force)
+            public[n] = k.public_key.hex()
+        roster.write_text(json.dumps(public, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write keys to {out_dir}: {exc.strerror or exc}") from None
+    out.print(
+        f"{len(nodes)} keys in {out_dir} ({nodes[0]}.key ...) and {roster.name}; "
+        "copy each key to its node only",
+        highlight=False,
+        markup=False,
+    )
+
+
 from fedstrata.device.command import node_command  # noqa: E402 - light: imports typer only
 
 app.command("node")(node_command)

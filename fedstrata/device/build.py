@@ -28,6 +28,7 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address
 from fedstrata.nodes.messages import Shape
+from fedstrata.nodes.sealing import Seal
 from fedstrata.scenarios.build import model_of, node_timing, protocol_config
 from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.schema import Scenario
@@ -93,6 +94,7 @@ def build_node(
     dims: Sequence[int],
     views: Sequence[np.ndarray] | None = None,
     view_ids: Sequence[int] | None = None,
+    seal: Seal | None = None,
 ) -> DeviceNode:
     """Build node ``node_id`` of ``sc`` as the simulator would.
 
@@ -110,6 +112,8 @@ def build_node(
     views, view_ids
         A client's data, one ``(n, d_g)`` array per view it holds, and which views
         they are (indices into ``dims``). Clients only.
+    seal
+        Signs and verifies the node's messages (``privacy.sign``); None: plain.
 
     Returns
     -------
@@ -157,6 +161,7 @@ def build_node(
             seed=client_seed(sc.seed, j),
             view_ids=ids,
             dims=dims,
+            seal=seal,
         )
         return DeviceNode(client, "client", "edge", parent)
     if views is not None or view_ids is not None:
@@ -175,6 +180,7 @@ def build_node(
         quorum=sc.protocol.quorum,
         period=period,
         clients_below=set(children) <= set(wiring.clients),
+        seal=seal,
     )
     role: Role = "root" if parent is None else "aggregator"
     return DeviceNode(agg, role, tier, parent, tuple(sorted(children)))

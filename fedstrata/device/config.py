@@ -17,6 +17,9 @@
       - {view: 1, path: data/local.npz, key: x1}
     out: records/client-3       # where the node writes node.json and its results
     timeout_s: 3600             # optional wall-clock limit
+    signing:                    # when the scenario has privacy.sign: true
+      key: keys/client-3.key    # this node's Ed25519 seed (mode 0600)
+      public_keys: keys/public-keys.json   # every node's public key
 
 Every relative path is read from the folder of ``node.yaml`` (``~`` is expanded).
 Unknown keys are errors, types are strict (``"5"`` is not a number), and every
@@ -29,9 +32,13 @@ folder.
 
 The broker password is never written inline (``broker.password`` is an error):
 it is read from ``password_file`` (its first line) or, when that is absent, from
-the environment variable :data:`PASSWORD_ENV`. TLS certificates and keys are the
-only keys a node has today; message signing keys will come with the privacy
-features and are not accepted yet.
+the environment variable :data:`PASSWORD_ENV`.
+
+``signing`` is required when the scenario signs its messages (``privacy.sign``) and
+refused otherwise: the node's Ed25519 key file (written by ``fedstrata keys``, mode
+0600; a file others can read is refused) and the JSON roster of every node's public
+key (``{"client-0": "<64 hex digits>", ...}``), which must list every node of the
+topology and agree with the node's own key.
 
 ``view_dims`` gives the feature count of every view of the federation. Every node
 needs them; by default they are read from the scenario's dataset (generated or
@@ -57,6 +64,8 @@ from fedstrata.broker.endpoint import Endpoint
 from fedstrata.device.build import DeviceNode, Role, build_node
 from fedstrata.device.data import DataFileError, read_view
 from fedstrata.errors import FedstrataError, ScenarioError
+from fedstrata.nodes.sealing import Seal
+from fedstrata.privacy.signing import NodeKeys
 from fedstrata.scenarios.loader import (
     _compose,
     _finish,
@@ -145,6 +154,13 @@ class DataFileSpec(_Strict):
     key: Annotated[str, Field(min_length=1, max_length=256)] | None = None
 
 
+class SigningSpec(_Strict):
+    """Message signing on a device: this node's key file and every node's public key."""
+
+    key: FileName
+    public_keys: FileName
+
+
 class NodeSpec(_Strict):
     """The keys of node.yaml (see the module docstring)."""
 
@@ -158,6 +174,7 @@ class NodeSpec(_Strict):
     ) = None
     out: FileName
     timeout_s: Annotated[float, Field(gt=0.0, le=MAX_SECONDS)] | None = None
+    signing: SigningSpec | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,6 +209,8 @@ class NodeConfig:
         The output folder (it may not exist yet).
     timeout_s
         Wall-clock limit of the node, or ``None``.
+    seal
+        Signs and verifies its messages (``privacy.sign``), or ``None``.
     warnings
         Things worth knowing that do not stop the node.
     """
@@ -214,6 +233,7 @@ class NodeConfig:
     data_files: tuple[Path, ...]
     out: Path
     timeout_s: float | None
+    seal: Seal | None = None
     warnings: tuple[str, ...] = ()
 
     @property
@@ -230,6 +250,7 @@ class NodeConfig:
             dims=self.dims,
             views=list(self.views) if self.role == "client" else None,
             view_ids=self.view_ids if self.role == "client" else None,
+            seal=self.seal,
         )
 
 
@@ -579,6 +600,7 @@ def _load(p: Path, file: str) -> NodeConfig:
     files: tuple[Path, ...] = ()
     if role == "client" and spec.data is not None:
         view_ids, views, files = _data(spec, dims, resolve, problems)
+    seal = _seal(spec, sc, wiring, resolve, problems)
     problems.raise_any()
     assert dims is not None
     assert endpoint is not None
@@ -607,8 +629,71 @@ def _load(p: Path, file: str) -> NodeConfig:
         data_files=files,
         out=out,
         timeout_s=spec.timeout_s,
+        seal=seal,
         warnings=tuple(warnings),
     )
+
+
+def _seal(
+    spec: NodeSpec,
+    sc: Scenario,
+    wiring: Any,
+    resolve: Callable[[str], Path],
+    problems: _Problems,
+) -> Seal | None:
+    """The node's seal from its key files, when the scenario signs its messages."""
+    if not sc.privacy.sign:
+        if spec.signing is not None:
+            problems.add("signing", "the scenario does not sign messages (privacy.sign); remove it")
+        return None
+    if spec.signing is None:
+        problems.add(
+            "node",
+            "the scenario signs its messages (privacy.sign: true): give signing.key and "
+            "signing.public_keys (written by `fedstrata keys SCENARIO --out DIR`)",
+        )
+        return None
+    keys = None
+    try:
+        keys = NodeKeys.load(resolve(spec.signing.key))
+    except (FedstrataError, OSError) as exc:
+        problems.add("signing.key", clip(str(exc), 300))
+    public: dict[str, bytes] = {}
+    try:
+        public = read_public_keys(resolve(spec.signing.public_keys))
+    except (FedstrataError, OSError, ValueError) as exc:
+        problems.add("signing.public_keys", clip(str(exc), 300))
+        return None
+    nodes = [n for _, group in wiring.tiers for n in group] + list(wiring.clients)
+    missing = [n for n in nodes if n not in public]
+    if missing:
+        problems.add(
+            "signing.public_keys",
+            f"no public key for {', '.join(missing[:5])}"
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
+        )
+        return None
+    if keys is not None and public.get(spec.node) != keys.public_key:
+        problems.add(
+            "signing.key", f"this key is not {spec.node}'s: its public key differs from the roster"
+        )
+        return None
+    return None if keys is None else Seal(keys, public)
+
+
+def read_public_keys(path: Path) -> dict[str, bytes]:
+    """A public-key roster: a JSON object of node id to 64 hex digits."""
+    import json
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} must be a JSON object of node id to public key")
+    out: dict[str, bytes] = {}
+    for node, text in data.items():
+        if not isinstance(text, str) or len(text) != 64:
+            raise ValueError(f"the public key of {node!r} must be 64 hex digits")
+        out[node] = bytes.fromhex(text)
+    return out
 
 
 def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:

@@ -107,6 +107,9 @@ class ProtocolConfig:
         Differential privacy of the clients' statistics (rule ``sum``), ``None`` for
         off: each partial is clipped to L2 norm ``dp_clip`` and gets Gaussian noise
         of std ``dp_noise · dp_clip`` (the noise multiplier z).
+    dp_schedule
+        Per-release noise multipliers z_0, z_1, ... (an adaptive budget, FedHK-MVFC
+        Eq. 93); empty: ``dp_noise`` for every release; past its end, the last one.
     dp_shares
         Distributed noise under secure aggregation: each client adds noise of std
         ``dp_noise · dp_clip / sqrt(dp_shares)``, so that a sum of at least
@@ -158,10 +161,17 @@ class ProtocolConfig:
     dp_clip: float | None = None
     dp_noise: float = 0.0
     dp_shares: int = 1
+    dp_schedule: tuple[float, ...] = ()
     secure: str = "none"
     secure_threshold: int | float | None = None
     secure_neighbours: int | None = None
     secure_scale_bits: int = 24
+
+    def noise_multiplier(self, release: int) -> float:
+        """The noise multiplier z of a client's ``release``-th noisy partial (0-based)."""
+        if not self.dp_schedule:
+            return self.dp_noise
+        return self.dp_schedule[min(release, len(self.dp_schedule) - 1)]
 
     def mixing_of(self, node_id: str) -> tuple[float, float]:
         """(γ_ℓ, ρ_ℓ) of a client: its override, else ``gamma``/``rho``."""
@@ -259,6 +269,8 @@ class ProtocolConfig:
             raise ValidationError("dp_clip must be > 0, with rule 'sum'")
         if not self.dp_noise >= 0:
             raise ValidationError(f"dp_noise must be >= 0, got {self.dp_noise!r}")
+        if any(not z >= 0 for z in self.dp_schedule):
+            raise ValidationError("dp_schedule must hold noise multipliers >= 0")
         if self.dp_shares < 1:
             raise ValidationError(f"dp_shares must be >= 1, got {self.dp_shares!r}")
         self._check_secure()

@@ -330,6 +330,7 @@ class MultiViewLearner(Learner):
         self._refs: list[KernelReference] | None = None  # from the run's configuration
         self.local: State | None = None  # the personalised model (parameter rules)
         self._dp_rng: np.random.Generator | None = None
+        self._releases = 0  # noisy partials sent so far (the round of a DP schedule)
 
     def _flops(self, iters: int) -> float:
         a = self.algorithm
@@ -415,13 +416,14 @@ class MultiViewLearner(Learner):
 
         if self._dp_rng is None:  # a child stream: the client's own draws stay as they were
             self._dp_rng = self.rng.spawn(1)[0]
+        release, self._releases = self._releases, self._releases + 1
         H = len(partial["num"])
         flat = [*partial["num"], *partial["den"], partial["costs"], partial["mass"]]
         rel = gaussian_mechanism(
             flat,
             clip=p.dp_clip,
             rng=self._dp_rng,
-            sigma=p.dp_noise * p.dp_clip / math.sqrt(p.dp_shares),
+            sigma=p.noise_multiplier(release) * p.dp_clip / math.sqrt(p.dp_shares),
         )
         out = dict(partial)
         arrays = list(rel.arrays)

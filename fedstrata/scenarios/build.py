@@ -182,6 +182,7 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         network_tau_s=1.0 if pr.network_kernel is None else pr.network_kernel.tau_s,
         dp_clip=None if sc.privacy.dp is None else sc.privacy.dp.clip,
         dp_noise=dp_noise_multiplier(sc),
+        dp_schedule=dp_noise_schedule(sc),
         secure=sc.privacy.secure_aggregation,
         secure_threshold=sc.privacy.threshold,
         secure_neighbours=sc.privacy.neighbours,
@@ -228,6 +229,29 @@ def dp_shares(sc: Scenario, protocol: ProtocolConfig, wiring: Any = None) -> int
 
     groups = secure_groups(sc, wiring)
     return min(threshold_count(protocol, n) for n, below in groups.values() if below)
+
+
+def dp_budgets(sc: Scenario) -> tuple[float, ...]:
+    """The per-round budgets ε_t of an Eq. 93 schedule (empty for ``constant``)."""
+    dp = sc.privacy.dp
+    if dp is None or dp.schedule == "constant":
+        return ()
+    from fedstrata.privacy.dp import adaptive_budget
+
+    normalise = "accountant" if dp.schedule == "eq93-normalised" else False
+    eps = adaptive_budget(dp.epsilon, sc.protocol.rounds, normalise=normalise, delta=dp.delta)
+    return tuple(float(e) for e in eps)
+
+
+def dp_noise_schedule(sc: Scenario) -> tuple[float, ...]:
+    """Per-round noise multipliers z_t (Eq. 89 with the ε_t of :func:`dp_budgets`)."""
+    budgets = dp_budgets(sc)
+    if not budgets:
+        return ()
+    from fedstrata.privacy.dp import noise_multipliers
+
+    assert sc.privacy.dp is not None
+    return tuple(float(z) for z in noise_multipliers(budgets, sc.privacy.dp.delta))
 
 
 def dp_noise_multiplier(sc: Scenario) -> float:

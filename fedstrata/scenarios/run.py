@@ -322,11 +322,20 @@ def privacy_report(
     if dp is None:
         return block
     from fedstrata.privacy.dp import Accountant
-    from fedstrata.scenarios.build import dp_noise_multiplier, dp_shares, protocol_config
+    from fedstrata.scenarios.build import (
+        dp_noise_multiplier,
+        dp_noise_schedule,
+        dp_shares,
+        protocol_config,
+    )
 
     z = dp_noise_multiplier(sc)
+    schedule = dp_noise_schedule(sc)
     acc = Accountant(dp.delta)
-    if rounds > 0:
+    if schedule:
+        for t in range(rounds):
+            acc.spend(schedule[min(t, len(schedule) - 1)])
+    elif rounds > 0:
         acc.spend(z, count=rounds)
     shares = dp_shares(sc, protocol_config(sc, "report"))
     block.update(
@@ -338,7 +347,10 @@ def privacy_report(
             "epsilon": dp.epsilon,
             "delta": dp.delta,
             "clip": dp.clip,
-            "noise_multiplier": round(z, 9),
+            "schedule": dp.schedule,
+            "noise_multiplier": round(z, 9)
+            if not schedule
+            else [round(schedule[0], 9), round(schedule[-1], 9)],
             "releases": rounds,
             "epsilon_spent": round(acc.epsilon(), 9) if rounds > 0 else 0.0,
         }

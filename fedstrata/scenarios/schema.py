@@ -1013,11 +1013,23 @@ class DPSpec(_Strict):
     releases spend at most ``epsilon`` (``(0, 1000]``) at ``delta`` (``(0, 0.1]``) under
     the RDP accountant. Without secure aggregation every release is seen by the
     aggregator, so this is local (per-client, per-release) DP. Needs ``rule: sum``.
+
+    ``schedule``: ``constant`` (the same noise every round, from the accountant);
+    ``eq93``, the adaptive budget of the FedHK-MVFC paper (Eq. 93),
+    ε_t = ε/√T · 1/√(t+1), each round noised by the paper's Eq. 89 with its ε_t (no
+    composition theorem backs it: the summary reports what the accountant says was
+    spent, which can differ from ``epsilon`` either way); ``eq93-normalised``: the
+    same shape, rescaled so that the accountant's total is ``epsilon``.
+
+    With secure aggregation on, the noise is distributed: each client adds a share
+    (variance σ²/t, t the smallest unmasking threshold of the client groups), so
+    every sum an aggregator can unmask carries at least σ².
     """
 
     epsilon: Annotated[float, Field(gt=0.0, le=1000.0, description="(0, 1000]")]
     delta: Annotated[float, Field(gt=0.0, le=0.1, description="(0, 0.1]")] = 1e-5
     clip: Annotated[float, Field(gt=0.0, le=1e12, description="(0, 1e12]")]
+    schedule: Literal["constant", "eq93", "eq93-normalised"] = "constant"
 
 
 class PrivacySpec(_Strict):

@@ -713,9 +713,29 @@ def _print_outcome(name: str, summary: dict[str, Any], out_dir: Path, traffic: s
         out.print(f"metrics: none ({summary['metrics_reason']})", highlight=False)
     else:
         out.print(f"ACC {m['acc']:.4f}   NMI {m['nmi']:.4f}   ARI {m['ari']:.4f}", highlight=False)
+    privacy = summary.get("privacy")
+    if privacy is not None:
+        out.print(_privacy_line(privacy), highlight=False, markup=False)
     out.print(f"record: {out_dir}", highlight=False, markup=False)
     if summary["status"] == "interrupted":
         raise typer.Exit(130)
+
+
+def _privacy_line(p: dict[str, Any]) -> str:
+    """One line on the run's privacy: sessions, recovered dropouts, overhead, ε spent."""
+    parts = []
+    if p["protocol"] != "none":
+        parts.append(
+            f"{p['protocol']}: {p['sessions_unmasked']} sums unmasked, "
+            f"{p['sessions_failed']} failed, {p['dropouts_recovered']} dropouts recovered, "
+            f"{p['overhead_bytes']:,} bytes of overhead"
+        )
+    if p.get("signed"):
+        rejected = sum(p["rejected"].values())
+        parts.append(f"signed ({rejected} messages rejected)")
+    if "epsilon_spent" in p:
+        parts.append(f"ε spent {p['epsilon_spent']:.4g} of {p['epsilon']:g} (δ {p['delta']:g})")
+    return "privacy: " + "; ".join(parts)
 
 
 def _terminate_like_ctrl_c() -> None:

@@ -71,6 +71,14 @@ from fedstrata.protocols.sync import SyncRounds
 __all__ = ["AggregatorNode", "AggregatorState", "RunStatus"]
 
 _DEADLINE = "deadline"
+#: Secure rounds: the share of the deadline kept for each phase still to come.
+_PHASE_RESERVE = 0.1
+_PHASES_AFTER = {
+    ServerPhase.KEYS: 3,
+    ServerPhase.SHARES: 2,
+    ServerPhase.MASKED: 1,
+    ServerPhase.REVEAL: 0,
+}
 
 
 class AggregatorState(Enum):
@@ -216,6 +224,7 @@ class AggregatorNode:
         self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
         self._secure: SecureCollection | None = None
         self._secure_failure = ""  # why this round's session could not start
+        self._round_start = 0.0  # when the round being collected opened
         self._member: SecureMember | None = None
         self._member_key: tuple[int, int] = (-1, 0)  # (round, sub) of the parent's session
         self._member_topic = (
@@ -389,7 +398,9 @@ class AggregatorNode:
             Publish(topic=self._down(), payload=payload, qos=self.protocol.qos, retain=True)
         ]
         if collect:
-            effects.append(SetTimer(name=_DEADLINE, delay_s=self.deadline_s))
+            self._round_start = self._now
+            timer = self._phase_timer() if self._secure is not None else None
+            effects.append(timer or SetTimer(name=_DEADLINE, delay_s=self.deadline_s))
         return effects
 
     def _start(self) -> list[Effect]:
@@ -501,7 +512,21 @@ class AggregatorNode:
         effects: list[Effect] = []
         for member, message in out.items():
             effects.append(self._publish_member(member, message))
-        return [*effects, SetTimer(name=_DEADLINE, delay_s=self.deadline_s)]
+        return [*effects, self._phase_timer()]
+
+    def _phase_timer(self) -> SetTimer:
+        """The current secure phase's deadline, within the round's ``deadline_s``.
+
+        The round as a whole keeps its deadline: each phase may use all the time left
+        but a reserve of a tenth of the deadline for each phase still to come. So a
+        phase that waits on a slow member (a fog's own secure round, a client's
+        computation) has nearly the whole deadline, and the round still closes in time.
+        """
+        session = self._secure
+        assert session is not None
+        remaining = _PHASES_AFTER[session.phase]
+        end = self._round_start + self.deadline_s * (1.0 - _PHASE_RESERVE * remaining)
+        return SetTimer(name=_DEADLINE, delay_s=max(0.0, end - self._now))
 
     def _publish_member(self, member: str, message: dict[str, Any]) -> Publish:
         env = wire.Envelope(
@@ -860,6 +885,8 @@ class AggregatorNode:
         member = self._member
         if member is None or (env.round, sub) != self._member_key:
             return [Record(kind="late", fields=fields)]
+        if member.is_duplicate(body):
+            return [Record(kind="duplicate", fields=fields)]
         try:
             reply = member.handle(body)
         except REFUSALS as exc:

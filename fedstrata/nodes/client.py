@@ -358,6 +358,8 @@ class ClientNode:
         member = self._member
         if member is None or (env.round, sub) != self._member_key:
             return [Record(kind="late", fields=fields)]
+        if member.is_duplicate(body):
+            return [Record(kind="duplicate", fields=fields)]
         try:
             reply = member.handle(body)
         except REFUSALS as exc:

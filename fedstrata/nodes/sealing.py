@@ -12,8 +12,10 @@ accepted only if
 2. the envelope's sender has a registered public key (``unknown_sender``),
 3. the signature over the envelope verifies with it (``forged``: any changed byte,
    another node's key, a sender field rewritten), and
-4. the :class:`~fedstrata.privacy.signing.ReplayGuard` has not seen it or a later
-   round of that sender and kind (``replay``: an old round sent again, a repeat).
+4. the :class:`~fedstrata.privacy.signing.ReplayGuard` has not seen a later round
+   of that sender and kind, nor another message for the same slot (``replay``: an
+   old round sent again). The very same message again (a QoS 1 redelivery, a
+   retained message after a reconnect) passes: the node counts it as a duplicate.
 
 A rejection is a :class:`~fedstrata.privacy.signing.AuthenticationError` (a
 ``WireError``): the nodes record it as ``rejected`` with its reason and drop the
@@ -63,6 +65,10 @@ class Seal:
         self.public_keys = None if public_keys is None else dict(public_keys)
         self.verifier = None if public_keys is None else Verifier(public_keys)
         self.guard = ReplayGuard()
+        # signatures accepted in each sender's latest round of a kind: a transport
+        # duplicate (QoS 1 redelivery, a retained message again) carries the same
+        # deterministic Ed25519 signature and is the node's to count, not a replay
+        self._accepted: dict[tuple[str, str], tuple[int, dict[str, bytes]]] = {}
 
     def fresh(self) -> Seal:
         """The same keys with an empty replay memory (a node restarted after a crash)."""
@@ -98,7 +104,19 @@ class Seal:
         self.verifier.verify(data, env.sender)
         body = env.body
         sub = f"{body.get('phase', '')}/{body.get('type', '')}/{body.get('sub', 0)}"
-        self.guard.admit(env.sender, env.kind, env.round, sub)
+        signature = bytes(data[:SIGNATURE_BYTES])
+        key = (env.sender, env.kind)
+        try:
+            self.guard.admit(env.sender, env.kind, env.round, sub)
+        except AuthenticationError:
+            seen = self._accepted.get(key)
+            if seen is not None and seen[0] == env.round and seen[1].get(sub) == signature:
+                return env  # the same message again: a duplicate, not a replay
+            raise
+        seen = self._accepted.get(key)
+        if seen is None or seen[0] != env.round:
+            seen = self._accepted[key] = (env.round, {})
+        seen[1][sub] = signature
         return env
 
 

@@ -225,7 +225,12 @@ class SecureMember:
         self.roster = tuple(roster)
         self._setup = setup
         self._held: Mapping[str, Any] | None = None
+        self._handled: set[Any] = set()  # message types answered (or held) so far
         self.has_input = False
+
+    def is_duplicate(self, message: Mapping[str, Any]) -> bool:
+        """Whether this session's message of that type came before (a QoS 1 redelivery)."""
+        return message.get("session") == self.session and message.get("type") in self._handled
 
     def keys(self) -> dict[str, Any]:
         """The reply to the setup (raises a PrivacyError if the parameters are refused)."""
@@ -256,6 +261,7 @@ class SecureMember:
 
     def handle(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
         """The reply to one per-member message (None: a ``collect`` held for the input)."""
+        self._handled.add(message.get("type"))
         if message.get("type") == secagg.COLLECT and not self.has_input:
             if message.get("session") != self.session:
                 raise WireError("secagg message of another session")

@@ -97,14 +97,18 @@ def test_forged_unsigned_unknown_and_replayed_messages_are_refused_by_reason():
     )
     _inject(lb, "client-0", up, NodeKeys.derived(1, "intruder").sign(wire.encode(stranger)))
     injected = len(lb.published)
-    while nodes["cloud"].round < 2:  # deliver until round 2 is open
+    while nodes["cloud"].round < 3:  # deliver until round 3 is open
         lb.run(max_steps=1, until_quiet=False)
-    # replay: client-0's genuine round-1 update, sent again
+    # replay: client-0's genuine round-1 update, sent again in round 3 (the same message
+    # within its own round would be a transport duplicate, which the node counts)
     old = next(p.payload for n, p in lb.published[injected:] if n == "client-0" and p.topic == up)
     _inject(lb, "client-0", up, old)
     lb.run()
     reasons = sorted(r["reason"] for r in lb.kinds("rejected"))
     assert reasons == ["forged", "forged", "replay", "unknown_sender", "unsigned"]
+    # ... and a redelivery within its round passes the seal: the node sees a duplicate
+    latest = [p.payload for n, p in lb.published if n == "client-1" and p.topic == up][-1]
+    assert nodes["cloud"]._seal.decode(latest).sender == "client-1"
     assert lb.results["cloud"]["iterations"] == 3  # the run went on undisturbed
     assert all(r["participants"] == 4 for r in lb.kinds("aggregate"))
 
@@ -116,6 +120,13 @@ def test_a_seal_needs_both_its_keys_and_the_roster():
     env = wire.Envelope(kind="update", run="t", round=1, tier="edge", sender="a", body={})
     data = seal.encode(env)
     assert seal.decode(data) == env
+    assert seal.decode(data) == env  # the same message again: a duplicate, the node's to count
+    later = wire.Envelope(kind="update", run="t", round=2, tier="edge", sender="a", body={})
+    assert seal.decode(seal.encode(later)) == later
     with pytest.raises(AuthenticationError) as info:
-        seal.decode(data)  # the same message again
+        seal.decode(data)  # round 1 again, after round 2
+    assert info.value.reason == "replay"
+    other = wire.Envelope(kind="update", run="t", round=2, tier="edge", sender="a", body={"x": 1})
+    with pytest.raises(AuthenticationError) as info:
+        seal.decode(seal.encode(other))  # another message for the same slot
     assert info.value.reason == "replay"

@@ -53,11 +53,11 @@ BAD = [
         "does not exist",
     ),
     (
-        "secure aggregation is not implemented",
-        "protocol: {rule: sum}\nprivacy: {secure_aggregation: true}\n",
+        "secure aggregation with an asynchronous kind",
+        "protocol: {rule: sum,\n  kind: async}\nprivacy: {secure_aggregation: true}\n",
         2,
-        "privacy.secure_aggregation",
-        "not implemented yet",
+        "protocol.kind",
+        "needs each child's own partial",
     ),
     (
         "median with fog period",

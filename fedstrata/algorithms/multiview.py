@@ -575,14 +575,20 @@ def _view_weights_from_costs(costs: np.ndarray, counts: np.ndarray, alpha: float
     return v
 
 
-def state_from_statistics(total: Stats, previous: State, model: MultiViewModel) -> State:
+def state_from_statistics(
+    total: Stats, previous: State, model: MultiViewModel, *, min_den: float = 0.0
+) -> State:
     """Server step on summed statistics: new centres (ratio of sums) and view weights.
 
-    A centre whose weights all underflowed keeps its previous value.
+    A centre coordinate whose denominator is not above ``min_den`` (and a tiny floor:
+    its weights all underflowed) keeps its previous value. With noisy sums
+    (differential privacy) ``min_den`` is a multiple of the noise's std: a ratio of
+    two numbers that are mostly noise would throw the centre anywhere.
     """
     centers = []
+    floor = max(_TINY, min_den)
     for num, den, old in zip(total.center_num, total.center_den, previous.centers, strict=True):
-        ok = den > _TINY
+        ok = den > floor
         if ok.all():
             centers.append(num / den)
             continue

@@ -107,6 +107,9 @@ class ProtocolConfig:
         Differential privacy of the clients' statistics (rule ``sum``), ``None`` for
         off: each partial is clipped to L2 norm ``dp_clip`` and gets Gaussian noise
         of std ``dp_noise · dp_clip`` (the noise multiplier z).
+    dp_block_clips
+        Per-block clipping: the L2 bounds of the numerators, denominators, view costs
+        and cluster mass (four numbers); empty: ``dp_clip`` bounds the whole vector.
     dp_schedule
         Per-release noise multipliers z_0, z_1, ... (an adaptive budget, FedHK-MVFC
         Eq. 93); empty: ``dp_noise`` for every release; past its end, the last one.
@@ -161,6 +164,7 @@ class ProtocolConfig:
     dp_clip: float | None = None
     dp_noise: float = 0.0
     dp_shares: int = 1
+    dp_block_clips: tuple[float, ...] = ()
     dp_schedule: tuple[float, ...] = ()
     secure: str = "none"
     secure_threshold: int | float | None = None
@@ -269,6 +273,10 @@ class ProtocolConfig:
             raise ValidationError("dp_clip must be > 0, with rule 'sum'")
         if not self.dp_noise >= 0:
             raise ValidationError(f"dp_noise must be >= 0, got {self.dp_noise!r}")
+        if self.dp_block_clips and (
+            len(self.dp_block_clips) != 4 or not all(c > 0 for c in self.dp_block_clips)
+        ):
+            raise ValidationError("dp_block_clips must be four bounds > 0")
         if any(not z >= 0 for z in self.dp_schedule):
             raise ValidationError("dp_schedule must hold noise multipliers >= 0")
         if self.dp_shares < 1:

@@ -404,8 +404,12 @@ class MultiViewLearner(Learner):
         The float statistics (``num``, ``den``, ``costs``, ``mass``), taken as one vector,
         are clipped to L2 norm ``dp_clip`` and get noise of std ``dp_noise · dp_clip``
         (divided by √``dp_shares`` under secure aggregation: distributed noise whose
-        securely summed total carries the full variance) from the client's own child
-        stream (its other draws stay as they were). The objective term is not sent
+        securely summed total carries the full variance). With ``dp_block_clips`` each
+        of the four blocks is clipped to its own bound c_b and noised with std
+        z·√4·c_b, the same privacy as one bound on the blocks scaled to unit norm:
+        small blocks (the denominators) are no longer drowned by the large ones. The
+        noise comes from the client's own child stream (its other draws stay as they
+        were). The objective term is not sent
         (0.0): the root computes J from the noisy sums.
         Sample counts (``n``, ``counts``) are released as they are.
         """
@@ -418,15 +422,26 @@ class MultiViewLearner(Learner):
             self._dp_rng = self.rng.spawn(1)[0]
         release, self._releases = self._releases, self._releases + 1
         H = len(partial["num"])
-        flat = [*partial["num"], *partial["den"], partial["costs"], partial["mass"]]
-        rel = gaussian_mechanism(
-            flat,
-            clip=p.dp_clip,
-            rng=self._dp_rng,
-            sigma=p.noise_multiplier(release) * p.dp_clip / math.sqrt(p.dp_shares),
-        )
+        z = p.noise_multiplier(release)
+        shares = p.dp_shares
+        blocks = [list(partial["num"]), list(partial["den"]), [partial["costs"]], [partial["mass"]]]
+        if p.dp_block_clips:  # each block its own bound; noise z·√B·c_b keeps the same z
+            scale = math.sqrt(len(blocks))
+            bounds = [(b, c, z * scale * c) for b, c in zip(blocks, p.dp_block_clips, strict=True)]
+        else:  # one bound on the whole vector
+            bounds = [([a for b in blocks for a in b], p.dp_clip, z * p.dp_clip)]
+        arrays = []
+        for block, clip, sigma in bounds:
+            rel = gaussian_mechanism(
+                block,
+                clip=clip,
+                rng=self._dp_rng,
+                sigma=sigma,
+                distributed=shares > 1,
+                n_clients=shares if shares > 1 else None,
+            )
+            arrays += list(rel.arrays)
         out = dict(partial)
-        arrays = list(rel.arrays)
         out["num"], out["den"] = arrays[:H], arrays[H : 2 * H]
         out["costs"], out["mass"] = arrays[2 * H], arrays[2 * H + 1]
         out["objective"] = 0.0
@@ -603,7 +618,8 @@ class _MultiView(Algorithm):
         try:
             if total["mode"] == "stats":
                 stats = to_stats(total, self.shape)
-                new = state_from_statistics(stats, previous, self.model)
+                floor = self._noise_floor(int(total["contributors"]))
+                new = state_from_statistics(stats, previous, self.model, min_den=floor)
                 J = float(objective(stats, new.view_weights, self.model.alpha))
                 change = abs(previous_objective - J)
                 if relative:
@@ -618,6 +634,20 @@ class _MultiView(Algorithm):
             has_converged(previous, new, tol, relative=relative),
             float(total["n"]),
         )
+
+    def _noise_floor(self, contributors: int) -> float:
+        """Under DP: 3 std of the noise on a summed denominator (0 without DP).
+
+        Each contributor's denominators carry noise of std z·c/√shares (c the whole
+        vector's bound, or 2·den bound per block); a sum of ``contributors`` has √n
+        times that. Post-processing of a DP release: it costs no privacy.
+        """
+        p = self.protocol
+        if p.dp_clip is None:
+            return 0.0
+        z = max(p.dp_schedule) if p.dp_schedule else p.dp_noise
+        c = 2.0 * p.dp_block_clips[1] if p.dp_block_clips else p.dp_clip
+        return 3.0 * z * c * math.sqrt(max(contributors, 1) / p.dp_shares)
 
     def mix(self, old: dict[str, Any], new: dict[str, Any], weight: float) -> dict[str, Any]:
         """Float arrays and the objective interpolated; counts from ``new``."""

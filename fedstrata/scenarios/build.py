@@ -180,7 +180,10 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         lambda_net=pr.lambda_net,
         network_kernel=None if pr.network_kernel is None else pr.network_kernel.f,
         network_tau_s=1.0 if pr.network_kernel is None else pr.network_kernel.tau_s,
-        dp_clip=None if sc.privacy.dp is None else sc.privacy.dp.clip,
+        dp_clip=dp_clip(sc),
+        dp_block_clips=()
+        if sc.privacy.dp is None or isinstance(sc.privacy.dp.clip, float)
+        else sc.privacy.dp.clip.bounds(),
         dp_noise=dp_noise_multiplier(sc),
         dp_schedule=dp_noise_schedule(sc),
         secure=sc.privacy.secure_aggregation,
@@ -229,6 +232,16 @@ def dp_shares(sc: Scenario, protocol: ProtocolConfig, wiring: Any = None) -> int
 
     groups = secure_groups(sc, wiring)
     return min(threshold_count(protocol, n) for n, below in groups.values() if below)
+
+
+def dp_clip(sc: Scenario) -> float | None:
+    """The L2 bound of a client's whole statistics vector (per-block bounds combined)."""
+    dp = sc.privacy.dp
+    if dp is None:
+        return None
+    if isinstance(dp.clip, float):
+        return dp.clip
+    return math.sqrt(sum(c * c for c in dp.clip.bounds()))
 
 
 def dp_budgets(sc: Scenario) -> tuple[float, ...]:

@@ -346,7 +346,7 @@ def privacy_report(
             "accountant": "rdp",
             "epsilon": dp.epsilon,
             "delta": dp.delta,
-            "clip": dp.clip,
+            "clip": dp.clip if isinstance(dp.clip, float) else dp.clip.model_dump(),
             "schedule": dp.schedule,
             "noise_multiplier": round(z, 9)
             if not schedule

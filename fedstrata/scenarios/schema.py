@@ -1004,6 +1004,22 @@ class FaultsSpec(_Strict):
         ]
 
 
+_Bound = Annotated[float, Field(gt=0.0, le=1e12, description="(0, 1e12]")]
+
+
+class DPBlockClips(_Strict):
+    """Per-block L2 bounds of a client's statistics (``privacy.dp.clip`` as a mapping)."""
+
+    num: _Bound
+    den: _Bound
+    costs: _Bound
+    mass: _Bound
+
+    def bounds(self) -> tuple[float, float, float, float]:
+        """The four bounds in the order the statistics are sent."""
+        return (self.num, self.den, self.costs, self.mass)
+
+
 class DPSpec(_Strict):
     """Differential privacy of each client's statistics (the Gaussian mechanism).
 
@@ -1013,6 +1029,12 @@ class DPSpec(_Strict):
     releases spend at most ``epsilon`` (``(0, 1000]``) at ``delta`` (``(0, 0.1]``) under
     the RDP accountant. Without secure aggregation every release is seen by the
     aggregator, so this is local (per-client, per-release) DP. Needs ``rule: sum``.
+
+    ``clip`` is one bound on the whole statistics vector, or a mapping of one bound per
+    block (``num``: the centre numerators, ``den``: the denominators, ``costs``: the
+    view costs, ``mass``: the cluster mass): each block is then clipped to its bound
+    and noised with std z·2·bound (2 = √4 blocks), which is the same privacy, and
+    keeps the small denominators from drowning in noise sized for the numerators.
 
     ``schedule``: ``constant`` (the same noise every round, from the accountant);
     ``eq93``, the adaptive budget of the FedHK-MVFC paper (Eq. 93),
@@ -1028,7 +1050,7 @@ class DPSpec(_Strict):
 
     epsilon: Annotated[float, Field(gt=0.0, le=1000.0, description="(0, 1000]")]
     delta: Annotated[float, Field(gt=0.0, le=0.1, description="(0, 0.1]")] = 1e-5
-    clip: Annotated[float, Field(gt=0.0, le=1e12, description="(0, 1e12]")]
+    clip: _Bound | DPBlockClips
     schedule: Literal["constant", "eq93", "eq93-normalised"] = "constant"
 
 

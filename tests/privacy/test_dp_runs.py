@@ -130,3 +130,38 @@ def test_a_schedule_uses_growing_noise_round_after_round():
     cfg = ProtocolConfig(rule="sum", dp_clip=1.0, dp_noise=9.0, dp_schedule=(1.0, 2.0, 3.0))
     assert [cfg.noise_multiplier(t) for t in range(5)] == [1.0, 2.0, 3.0, 3.0, 3.0]
     assert ProtocolConfig(rule="sum", dp_clip=1.0, dp_noise=9.0).noise_multiplier(7) == 9.0
+
+
+def test_per_block_clipping_bounds_each_block_and_scales_the_noise():
+    """Each block within its own bound; noise std z·2·c_b (four blocks) on block b."""
+    shape = Shape(2, (3,))
+    cfg = ProtocolConfig(
+        rule="sum", dp_clip=1.0, dp_noise=0.0, dp_block_clips=(10.0, 1.0, 2.0, 3.0)
+    )
+    model = MultiViewModel(2)
+    algo = mvp.StatisticsAlgorithm(model, cfg, shape)
+    rng = np.random.default_rng(0)
+    learner = algo.learner([rng.normal(size=(20, 3))], view_ids=[0], rng=rng, node_id="c")
+    partial = {
+        "mode": "stats",
+        "num": [np.full((2, 3), 100.0)],
+        "den": [np.full((2, 3), 0.1)],
+        "costs": np.array([50.0]),
+        "mass": np.array([0.5, 0.5]),
+        "counts": np.array([20]),
+        "n": 20,
+        "contributors": 1,
+        "objective": 3.0,
+    }
+    out = learner._private(dict(partial))  # z = 0: clipping only
+    assert np.linalg.norm(out["num"][0]) == pytest.approx(10.0)
+    np.testing.assert_allclose(out["den"][0], 0.1)  # within its bound: untouched
+    assert out["costs"] == pytest.approx([2.0])
+    np.testing.assert_allclose(out["mass"], 0.5)
+    noisy = ProtocolConfig(
+        rule="sum", dp_clip=1.0, dp_noise=0.5, dp_block_clips=(10.0, 1.0, 2.0, 3.0)
+    )
+    algo = mvp.StatisticsAlgorithm(model, noisy, shape)
+    learner = algo.learner([rng.normal(size=(20, 3))], view_ids=[0], rng=rng, node_id="c")
+    draws = np.array([learner._private(dict(partial))["den"][0] - 0.1 for _ in range(400)])
+    assert draws.std() == pytest.approx(0.5 * 2 * 1.0, rel=0.08)

@@ -76,6 +76,14 @@ ROUND_COLUMNS = (
             "kernel_scale_min",
         )
     ),
+    *(
+        PRIVACY_COLUMNS := (
+            "secure_failed",
+            "secure_failure",
+            "dropouts_recovered",
+            "privacy_bytes",
+        )
+    ),
 )
 
 #: Every file a run may write into its folder; ``--overwrite`` replaces only these.
@@ -340,4 +348,17 @@ def aggregate_row(rec: Mapping[str, Any]) -> dict[str, Any]:
         "bytes": sum(rec["wire_bytes"].values()),
         "virtual_time_s": round(rec["t"], 9),
         **{k: f[k] for k in PROTOCOL_COLUMNS if k in f},
+        **_privacy_cells(f),
+    }
+
+
+def _privacy_cells(f: Mapping[str, Any]) -> dict[str, Any]:
+    """Secure aggregation's cells of a round: failed sessions, why, recoveries, bytes."""
+    if "secure_failure" not in f:
+        return {}
+    return {
+        "secure_failed": int(bool(f["secure_failure"])),
+        "secure_failure": f["secure_failure"],
+        "dropouts_recovered": int(f.get("recovered", 0)),
+        "privacy_bytes": int(f.get("privacy_bytes_up", 0)) + int(f.get("privacy_bytes_down", 0)),
     }

@@ -468,6 +468,11 @@ def _merge_tier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         m["ok"] = m["ok"] and r["ok"]
         m["virtual_time_s"] = max(m["virtual_time_s"], r["virtual_time_s"])
         m["bytes"] = max(m["bytes"], r["bytes"])
+        for key in ("secure_failed", "dropouts_recovered", "privacy_bytes"):
+            if key in r:
+                m[key] = m.get(key, 0) + r[key]
+        if r.get("secure_failure") and not m.get("secure_failure"):
+            m["secure_failure"] = r["secure_failure"]  # the first reason of the tier's row
     return list(merged.values())
 
 

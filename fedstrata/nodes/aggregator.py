@@ -61,7 +61,7 @@ from fedstrata.nodes.runconfig import (
     read_config,
 )
 from fedstrata.nodes.sealing import PLAIN, Seal, rejected
-from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember
+from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember, member_answer
 from fedstrata.privacy.secagg import ServerPhase
 from fedstrata.privacy.signing import AuthenticationError
 from fedstrata.protocols import strategy_for
@@ -871,28 +871,22 @@ class AggregatorNode:
             member = SecureMember(self.node_id, self.protocol, self._layout, setup)
             reply = member.keys()
         except REFUSALS as exc:
-            return [Record(kind="dropped", fields={**fields, "reason": str(exc)})]
+            return [Record(kind="secure_refused", fields={**fields, "reason": str(exc)})]
         self._member, self._member_key = member, (env.round, int(sub))
         return [self._publish_secagg_up(reply)]
 
     def _on_parent_secagg(self, env: wire.Envelope) -> list[Effect]:
         """A per-member message of the parent's session."""
         fields = {"node": self.node_id, "round": env.round}
-        if env.kind != "secagg":
-            raise WireError(f"expected a secagg message from the parent, got {env.kind!r}")
-        body = dict(env.body)
-        sub = body.pop("sub", 0)
-        member = self._member
-        if member is None or (env.round, sub) != self._member_key:
-            return [Record(kind="late", fields=fields)]
-        if member.is_duplicate(body):
-            return [Record(kind="duplicate", fields=fields)]
-        try:
-            reply = member.handle(body)
-        except REFUSALS as exc:
+        outcome, value = member_answer(
+            self._member, self._member_key, env.kind, env.round, env.body
+        )
+        if outcome == "refused":
             self._member = None
-            return [Record(kind="dropped", fields={**fields, "reason": str(exc)})]
-        return [] if reply is None else [self._publish_secagg_up(reply)]
+            return [Record(kind="secure_refused", fields={**fields, "reason": value})]
+        if outcome != "reply":
+            return [Record(kind=outcome, fields=fields)]
+        return [] if value is None else [self._publish_secagg_up(value)]
 
     def _publish_secagg_up(self, reply: dict[str, Any]) -> Publish:
         assert self.parent is not None

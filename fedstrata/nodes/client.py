@@ -38,7 +38,7 @@ from fedstrata.nodes.events import (
 from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.runconfig import model_config, read_config
 from fedstrata.nodes.sealing import PLAIN, Seal, rejected
-from fedstrata.nodes.secure import REFUSALS, SecureMember
+from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
 from fedstrata.privacy.signing import AuthenticationError
 
 __all__ = ["ClientNode", "ClientState", "decode_shared"]
@@ -351,23 +351,18 @@ class ClientNode:
     def _on_secagg(self, env: wire.Envelope) -> list[Effect]:
         """A per-member message of the aggregator's session: answer it."""
         fields = {"node": self.node_id, "round": env.round}
-        if env.kind != "secagg":
-            raise WireError(f"expected a secagg message, got {env.kind!r}")
-        body = dict(env.body)
-        sub = body.pop("sub", 0)
-        member = self._member
-        if member is None or (env.round, sub) != self._member_key:
-            return [Record(kind="late", fields=fields)]
-        if member.is_duplicate(body):
-            return [Record(kind="duplicate", fields=fields)]
-        try:
-            reply = member.handle(body)
-        except REFUSALS as exc:
+        outcome, value = member_answer(
+            self._member, self._member_key, env.kind, env.round, env.body
+        )
+        if outcome == "refused":
             self._member = None
-            return [Record(kind="secure_refused", fields={**fields, "reason": str(exc)})]
-        if reply is None:
+            return [Record(kind="secure_refused", fields={**fields, "reason": value})]
+        if outcome != "reply":
+            return [Record(kind=outcome, fields=fields)]
+        if value is None:
             return []
-        return [self._publish(env.round, {**reply, "sub": sub}, "secagg")]
+        round_, sub = self._member_key
+        return [self._publish(round_, {**value, "sub": sub}, "secagg")]
 
     def _finish(self, round_: int, body: dict[str, Any]) -> list[Effect]:
         result, flops = self.learner.finish(body)

@@ -56,6 +56,7 @@ __all__ = [
     "group_config",
     "headroom_clip",
     "holders",
+    "member_answer",
     "session_seeds",
     "threshold_count",
 ]
@@ -268,3 +269,26 @@ class SecureMember:
             self._held = message
             return None
         return self.client.handle(message)
+
+
+def member_answer(
+    member: SecureMember | None, key: tuple[int, int], kind: str, round_: int, body: Mapping
+) -> tuple[str, Any]:
+    """A member node's handling of one per-member message of its aggregator's session.
+
+    Returns ``("reply", reply or None)``, ``("late", None)`` (no session, or another
+    round's), ``("duplicate", None)`` or ``("refused", reason)`` (the member is out of
+    the session for good: the caller forgets it).
+    """
+    if kind != "secagg":
+        raise WireError(f"expected a secagg message, got {kind!r}")
+    message = dict(body)
+    sub = message.pop("sub", 0)
+    if member is None or (round_, sub) != key:
+        return "late", None
+    if member.is_duplicate(message):
+        return "duplicate", None
+    try:
+        return "reply", member.handle(message)
+    except REFUSALS as exc:
+        return "refused", str(exc)

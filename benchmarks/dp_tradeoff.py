@@ -8,6 +8,11 @@ into a temporary folder (or ``--runs-dir``). It prints a markdown table::
 
     | ε target | ε spent | noise multiplier | clip | rounds | ARI | NMI | status |
 
+``held`` is the mean share of centre coordinates the root kept at their previous
+value because their summed denominators were within the noise (100 %: the noisy
+rounds moved no centre, and ARI is that of the initial model, which comes from the
+setup round and is not protected by DP).
+
 ``ε spent`` is the largest ``privacy.epsilon_spent`` of the row's summaries (RDP
 accountant, ``rounds`` releases per client) and never exceeds the target. The noise
 multiplier z comes from the same block: each client adds N(0, (z·clip)²) to every
@@ -302,13 +307,13 @@ def _metric(summaries: list[dict[str, Any]], key: str) -> list[float]:
 
 
 TABLE_HEAD = (
-    "| ε target | ε spent | noise multiplier | clip | rounds | ARI mean ± sd | NMI mean ± sd "
-    "| status |"
+    "| ε target | ε spent | noise multiplier | clip | rounds | held | ARI mean ± sd "
+    "| NMI mean ± sd | status |"
 )
 
 
 def table(rows: list[Row]) -> list[str]:
-    lines = [TABLE_HEAD, "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [TABLE_HEAD, "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in rows:
         s = row.summaries
         if row.epsilon is None:
@@ -326,8 +331,11 @@ def table(rows: list[Row]) -> list[str]:
                 else f"{value:,.1f}"
             )
             clip = shown + (f" ({row.clip_label})" if row.clip_label else "")
+        held = [x.get("privacy", {}).get("held_mean") for x in s]
+        held_cell = "–" if row.epsilon is None else f"{np.mean([h or 0.0 for h in held]):.0%}"
         lines.append(
-            f"| {eps} | {spent} | {z} | {clip} | {_rounds(s)} | {_mean_sd(_metric(s, 'ari'))} "
+            f"| {eps} | {spent} | {z} | {clip} | {_rounds(s)} | {held_cell} "
+            f"| {_mean_sd(_metric(s, 'ari'))} "
             f"| {_mean_sd(_metric(s, 'nmi'))} | {_status(s)} |"
         )
     return lines

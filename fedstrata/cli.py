@@ -735,6 +735,11 @@ def _privacy_line(p: dict[str, Any]) -> str:
         parts.append(f"signed ({rejected} messages rejected)")
     if "epsilon_spent" in p:
         parts.append(f"ε spent {p['epsilon_spent']:.4g} of {p['epsilon']:g} (δ {p['delta']:g})")
+        if p.get("held_mean"):
+            parts.append(
+                f"{p['held_mean']:.0%} of centre coordinates held back per round "
+                "(their noisy denominators were within the noise)"
+            )
     return "privacy: " + "; ".join(parts)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "State",
     "Stats",
     "combine",
+    "held_fraction",
     "local_statistics",
     "memberships",
     "objective",
@@ -596,6 +597,12 @@ def state_from_statistics(
             centers.append(np.where(ok, num / np.where(ok, den, 1.0), old))
     v = _view_weights_from_costs(total.view_costs, total.view_counts, model.alpha)
     return State(tuple(centers), v, previous.view_scale)
+
+
+def held_fraction(total: Stats, min_den: float) -> float:
+    """The share of centre coordinates :func:`state_from_statistics` keeps at ``min_den``."""
+    dens = np.concatenate([np.ravel(d) for d in total.center_den])
+    return float((dens <= max(_TINY, min_den)).mean()) if dens.size else 0.0
 
 
 def combine(stats: Sequence[Stats], previous: State, model: MultiViewModel) -> State:

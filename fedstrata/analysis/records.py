@@ -82,6 +82,7 @@ ROUND_COLUMNS = (
             "secure_failure",
             "dropouts_recovered",
             "privacy_bytes",
+            "dp_held",
         )
     ),
 )

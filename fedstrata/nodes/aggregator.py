@@ -624,6 +624,7 @@ class AggregatorNode:
                 )
             new, J = step.state, step.objective
             record.update(participants=self.algorithm.contributors(total), n=total["n"])
+            record.update(step.info)
             if new is None or not (self.algorithm.is_finite(new) and math.isfinite(J)):
                 record.update(converged=False, state=prev, diverged=True)
                 return [

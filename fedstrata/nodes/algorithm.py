@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,12 +50,15 @@ class Step:
     ``state`` is None when the combined partial cannot be solved (for example its sum
     overflowed); ``objective`` is the clustering objective J of the new model over the
     contributing samples ``n``; ``converged`` is the algorithm's own stopping test.
+    ``info``: extra numbers for the root's round record (``rounds.csv`` shows the
+    known ones, such as ``dp_held``).
     """
 
     state: Any | None
     objective: float
     converged: bool
     n: float
+    info: dict[str, float] = field(default_factory=dict)
 
 
 class Learner(ABC):

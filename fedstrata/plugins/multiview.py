@@ -52,6 +52,7 @@ from fedstrata.algorithms.multiview import (  # the private helpers: see lean_st
     _paper_sums,
     _sum_products,
     _weighted_sums,
+    held_fraction,
     local_statistics,
     memberships,
     objective,
@@ -624,7 +625,8 @@ class _MultiView(Algorithm):
                 change = abs(previous_objective - J)
                 if relative:
                     change /= max(abs(previous_objective), 1e-300)
-                return Step(new, J, change < tol, float(stats.n_samples))
+                info = {} if floor == 0.0 else {"dp_held": held_fraction(stats, floor)}
+                return Step(new, J, change < tol, float(stats.n_samples), info)
             new = solve_params(total, self.shape, previous)
         except WireError:
             return Step(None, math.nan, False, float(total.get("n", 0)))

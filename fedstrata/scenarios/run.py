@@ -104,6 +104,8 @@ def _round_rows(
                     metrics = evaluate_state(fed, state, pooled)
             for row in reversed(rows):  # attach the root's outcome to its aggregate row
                 if row["tier"] == f["tier"] and row["round"] == f["round"]:
+                    if "dp_held" in f:
+                        row["dp_held"] = round(float(f["dp_held"]), 6)
                     row.update(
                         iteration=f["iteration"],
                         objective=f.get("objective"),
@@ -306,6 +308,10 @@ def privacy_report(
     (``unsigned``, ``forged``, ``unknown_sender``, ``replay``); each signed message
     carries 64 bytes more.
 
+    ``held_mean``: the mean share of centre coordinates the root kept at their
+    previous value because the summed denominator was within the noise (1.0: the
+    noisy rounds moved no centre; the model is the initialisation's).
+
     Differential privacy: every client releases at most one noisy partial per root
     round, so ``rounds`` releases are accounted (RDP); ``epsilon_spent`` never
     exceeds ``epsilon`` because the noise was chosen for ``protocol.rounds`` releases.
@@ -329,6 +335,11 @@ def privacy_report(
         protocol_config,
     )
 
+    held = [
+        float(r["fields"]["dp_held"])
+        for r in records
+        if r["kind"] == "round" and "dp_held" in r["fields"]
+    ]
     z = dp_noise_multiplier(sc)
     schedule = dp_noise_schedule(sc)
     acc = Accountant(dp.delta)
@@ -353,6 +364,7 @@ def privacy_report(
             else [round(schedule[0], 9), round(schedule[-1], 9)],
             "releases": rounds,
             "epsilon_spent": round(acc.epsilon(), 9) if rounds > 0 else 0.0,
+            "held_mean": round(float(np.mean(held)), 6) if held else None,
         }
     )
     return block

@@ -361,5 +361,7 @@ def _privacy_cells(f: Mapping[str, Any]) -> dict[str, Any]:
         "secure_failed": int(bool(f["secure_failure"])),
         "secure_failure": f["secure_failure"],
         "dropouts_recovered": int(f.get("recovered", 0)),
-        "privacy_bytes": int(f.get("privacy_bytes_up", 0)) + int(f.get("privacy_bytes_down", 0)),
+        "privacy_bytes": sum(
+            int(f.get(f"privacy_bytes_{step}", 0)) for step in ("keys", "shares", "unmasking")
+        ),
     }

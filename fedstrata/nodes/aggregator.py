@@ -393,7 +393,7 @@ class AggregatorNode:
             plain = {k: v for k, v in body.items() if k != "secagg"}
             bare = dataclasses.replace(env, body=plain)
             extra_bytes = len(wire.encode(env)) - len(wire.encode(bare))
-            self._secure.bytes_down += extra_bytes * len(self.children)
+            self._secure.count(body["secagg"], extra_bytes * len(self.children))
         effects: list[Effect] = [
             Publish(topic=self._down(), payload=payload, qos=self.protocol.qos, retain=True)
         ]
@@ -539,7 +539,7 @@ class AggregatorNode:
         )
         payload = self._seal.encode(env)
         assert self._secure is not None
-        self._secure.bytes_down += len(payload)
+        self._secure.count(message, len(payload))
         topic = member_topic(self.protocol.run, self.tier, self.node_id, member)
         return Publish(topic=topic, payload=payload, qos=self.protocol.qos)
 
@@ -549,8 +549,7 @@ class AggregatorNode:
             "secure": self.protocol.secure,
             "secure_failure": failure,
             "recovered": 0 if result is None else len(result.dropped),
-            "privacy_bytes_up": session.bytes_up,
-            "privacy_bytes_down": session.bytes_down,
+            **{f"privacy_bytes_{step}": n for step, n in session.bytes.items()},
         }
 
     def _close(self, *, deadline: bool) -> list[Effect]:

@@ -50,6 +50,7 @@ from fedstrata.privacy.layout import Layout, flatten, unflatten
 
 __all__ = [
     "REFUSALS",
+    "STEPS",
     "SecureCollection",
     "SecureMember",
     "default_degree",
@@ -66,6 +67,21 @@ _MODULUS_BITS = 64
 #: What a session raises when a message or the parameters are refused: recorded, the
 #: round goes on without that member (or fails below threshold), never a crash.
 REFUSALS = (PrivacyError, WireError, ValidationError)
+
+#: What a session's bytes are spent on: key adverts (the setup, the members' keys, the
+#: key lists), shares (sent, then forwarded), the masked inputs (which stand in for
+#: the plaintext partials) and the unmasking (requests and revealed shares).
+STEPS = ("keys", "shares", "masked", "unmasking")
+_STEP_OF = {
+    secagg.SETUP: "keys",
+    secagg.KEYS: "keys",
+    secagg.KEY_LIST: "keys",
+    secagg.SHARES: "shares",
+    secagg.COLLECT: "shares",
+    secagg.MASKED: "masked",
+    secagg.UNMASK: "unmasking",
+    secagg.REVEAL: "unmasking",
+}
 
 
 def default_degree(n: int) -> int:
@@ -159,8 +175,9 @@ class SecureCollection:
         session, graph = session_seeds(run, node, round_, sub)
         self.server = secagg.SecAggServer(roster, self.config, session=session, graph_seed=graph)
         self.threshold = self.server.threshold
-        self.bytes_up = 0  # members' secagg replies received
-        self.bytes_down = 0  # setup share of the model, per-member messages
+        # bytes by step, both directions: the members' replies as received, the
+        # per-member messages as sent, the setup's share of the model broadcast
+        self.bytes = dict.fromkeys(STEPS, 0)
 
     @property
     def phase(self) -> secagg.ServerPhase:
@@ -179,8 +196,12 @@ class SecureCollection:
         """
         taken = self.server.receive(sender, message)
         if taken:
-            self.bytes_up += nbytes
+            self.count(message, nbytes)
         return taken
+
+    def count(self, message: Mapping[str, Any], nbytes: int) -> None:
+        """Add a session message's bytes to its step (:data:`STEPS`)."""
+        self.bytes[_STEP_OF.get(message.get("type"), "keys")] += nbytes
 
     @property
     def complete(self) -> bool:

@@ -299,10 +299,11 @@ def privacy_report(
     (one session per aggregator per round), ``rounds_unmasked``/``rounds_failed``
     (the root's), ``dropouts_recovered`` (members whose masks were removed after
     they vanished), ``members_refused`` (members that sat a round out: refused
-    parameters, values out of range), and ``overhead_bytes`` with its split
-    ``per_tier`` (the session's messages as delivered to and sent by the tier's
-    aggregators: key adverts, shares, unmasking, and the setup's share of each model
-    broadcast). These bytes are part of ``payload_bytes``.
+    parameters, values out of range), ``overhead_bytes`` (key adverts, shares and
+    unmasking: what secure aggregation adds) and ``masked_bytes`` (the masked inputs,
+    which replace the plaintext partials), split ``per_tier`` by step (the sessions'
+    messages as received and sent by the tier's aggregators, the setup counted in the
+    model broadcasts). All of them are part of ``payload_bytes``.
 
     Signing (``signed``): ``rejected`` counts the messages nodes refused, by reason
     (``unsigned``, ``forged``, ``unknown_sender``, ``replay``); each signed message
@@ -371,6 +372,8 @@ def privacy_report(
 
 
 def _secure_report(sc: Scenario, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    from fedstrata.nodes.secure import STEPS
+
     root = sc.topology.cloud_id
     tiers: dict[str, dict[str, int]] = {}
     out = {
@@ -380,7 +383,6 @@ def _secure_report(sc: Scenario, records: Sequence[dict[str, Any]]) -> dict[str,
         "rounds_failed": 0,
         "dropouts_recovered": 0,
         "members_refused": 0,
-        "overhead_bytes": 0,
     }
     for rec in records:
         if rec["kind"] in ("secure_refused", "secure_overflow"):
@@ -390,22 +392,22 @@ def _secure_report(sc: Scenario, records: Sequence[dict[str, Any]]) -> dict[str,
         if rec["kind"] != "aggregate" or "secure_failure" not in f:
             continue
         failed = bool(f["secure_failure"])
-        up, down = int(f.get("privacy_bytes_up", 0)), int(f.get("privacy_bytes_down", 0))
         row = tiers.setdefault(
             f["tier"],
-            {"sessions": 0, "failed": 0, "recovered": 0, "bytes_up": 0, "bytes_down": 0},
+            {"sessions": 0, "failed": 0, "recovered": 0, **dict.fromkeys(STEPS, 0)},
         )
         row["sessions"] += 1
         row["failed"] += failed
         row["recovered"] += int(f.get("recovered", 0))
-        row["bytes_up"] += up
-        row["bytes_down"] += down
+        for step in STEPS:
+            row[step] += int(f.get(f"privacy_bytes_{step}", 0))
         out["sessions_failed" if failed else "sessions_unmasked"] += 1
         if f["node"] == root:
             out["rounds_failed" if failed else "rounds_unmasked"] += 1
         out["dropouts_recovered"] += int(f.get("recovered", 0))
-        out["overhead_bytes"] += up + down
     out["per_tier"] = dict(sorted(tiers.items()))
+    out["masked_bytes"] = sum(t["masked"] for t in tiers.values())
+    out["overhead_bytes"] = sum(t[s] for t in tiers.values() for s in STEPS if s != "masked")
     return out
 
 

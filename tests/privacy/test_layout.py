@@ -71,9 +71,7 @@ def test_the_decoded_fixed_point_sum_of_vectors_is_the_sum_of_partials(ps):
         total += fixedpoint.encode(
             flatten(p, LAYOUT), scale_bits=scale, clip=clip, n_summands=len(ps)
         )
-    s = unflatten(
-        fixedpoint.decode(total, n_summands=len(ps), scale_bits=scale, clip=clip), LAYOUT
-    )
+    s = unflatten(fixedpoint.decode(total, n_summands=len(ps), scale_bits=scale, clip=clip), LAYOUT)
     tol = len(ps) * 2.0**-scale
     assert s["n"] == sum(p["n"] for p in ps)
     np.testing.assert_array_equal(s["counts"], sum(p["counts"] for p in ps))

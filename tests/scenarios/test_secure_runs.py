@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import subprocess
@@ -56,15 +57,21 @@ def test_secure_aggregation_changes_nothing_but_the_bytes(tmp_path, shape, topol
     plain = (tmp_path / f"{shape}-none" / "labels.csv").read_bytes()
     for mode in ("secagg", "secagg+"):
         s = runs[mode]
-        label_file = tmp_path / f"{shape}-{mode.replace('+', '-plus')}" / "labels.csv"
+        name = f"{shape}-{mode.replace('+', '-plus')}"
+        label_file = tmp_path / name / "labels.csv"
         assert label_file.read_bytes() == plain
         assert (s["rounds"], s["status"]) == (runs["none"]["rounds"], runs["none"]["status"])
         p = s["privacy"]
         groups = 1 if shape == "flat" else 5
         assert p["sessions_unmasked"] == groups * s["rounds"] and p["sessions_failed"] == 0
         assert p["rounds_unmasked"] == s["rounds"]
-        per_tier = sum(t["bytes_up"] + t["bytes_down"] for t in p["per_tier"].values())
-        assert p["overhead_bytes"] == per_tier > 0
+        tiers = p["per_tier"].values()
+        overhead = sum(t["keys"] + t["shares"] + t["unmasking"] for t in tiers)
+        assert p["overhead_bytes"] == overhead > 0
+        assert p["masked_bytes"] == sum(t["masked"] for t in tiers) > 0
+        assert all(min(t["keys"], t["shares"], t["unmasking"]) > 0 for t in tiers)
+        rows = list(csv.DictReader((tmp_path / name / "rounds.csv").open()))
+        assert sum(int(r["privacy_bytes"] or 0) for r in rows) == p["overhead_bytes"]
         assert s["payload_bytes"]["total"] > runs["none"]["payload_bytes"]["total"]
         assert f"privacy: {mode}: {p['sessions_unmasked']} sums unmasked" in s["_stdout"]
     assert "privacy" not in runs["none"]

@@ -129,8 +129,11 @@ def test_a_member_killed_after_its_masked_input_is_still_in_the_exact_sum(mosqui
     )
     alive = [c for i, c in enumerate(clients) if i not in victims]
 
+    for p in procs:  # the victims are connected before the root opens the round
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+
     async def main():
-        await asyncio.sleep(1.0)  # the victims subscribe first (the model is retained anyway)
+        await asyncio.sleep(0.2)  # their subscriptions reach the broker
         runners = [NodeRunner(n, mosquitto.host, mosquitto.port) for n in [root, *alive]]
         await asyncio.wait_for(asyncio.gather(*(r.run() for r in runners)), 90)
         return runners

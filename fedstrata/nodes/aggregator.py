@@ -877,16 +877,10 @@ class AggregatorNode:
 
     def _on_parent_secagg(self, env: wire.Envelope) -> list[Effect]:
         """A per-member message of the parent's session."""
-        fields = {"node": self.node_id, "round": env.round}
-        outcome, value = member_answer(
-            self._member, self._member_key, env.kind, env.round, env.body
-        )
-        if outcome == "refused":
+        reply, records, stays = member_answer(self.node_id, self._member, self._member_key, env)
+        if not stays:
             self._member = None
-            return [Record(kind="secure_refused", fields={**fields, "reason": value})]
-        if outcome != "reply":
-            return [Record(kind=outcome, fields=fields)]
-        return [] if value is None else [self._publish_secagg_up(value)]
+        return [*records] if reply is None else [self._publish_secagg_up(reply)]
 
     def _publish_secagg_up(self, reply: dict[str, Any]) -> Publish:
         assert self.parent is not None

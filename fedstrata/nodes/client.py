@@ -350,19 +350,13 @@ class ClientNode:
 
     def _on_secagg(self, env: wire.Envelope) -> list[Effect]:
         """A per-member message of the aggregator's session: answer it."""
-        fields = {"node": self.node_id, "round": env.round}
-        outcome, value = member_answer(
-            self._member, self._member_key, env.kind, env.round, env.body
-        )
-        if outcome == "refused":
+        reply, records, stays = member_answer(self.node_id, self._member, self._member_key, env)
+        if not stays:
             self._member = None
-            return [Record(kind="secure_refused", fields={**fields, "reason": value})]
-        if outcome != "reply":
-            return [Record(kind=outcome, fields=fields)]
-        if value is None:
-            return []
+        if reply is None:
+            return [*records]
         round_, sub = self._member_key
-        return [self._publish(round_, {**value, "sub": sub}, "secagg")]
+        return [self._publish(round_, {**reply, "sub": sub}, "secagg")]
 
     def _finish(self, round_: int, body: dict[str, Any]) -> list[Effect]:
         result, flops = self.learner.finish(body)

@@ -45,6 +45,7 @@ import numpy as np
 
 from fedstrata.errors import PrivacyError, ValidationError, WireError
 from fedstrata.nodes.config import ProtocolConfig
+from fedstrata.nodes.events import Record
 from fedstrata.privacy import secagg
 from fedstrata.privacy.layout import Layout, flatten, unflatten
 
@@ -293,23 +294,27 @@ class SecureMember:
 
 
 def member_answer(
-    member: SecureMember | None, key: tuple[int, int], kind: str, round_: int, body: Mapping
-) -> tuple[str, Any]:
+    node: str,
+    member: SecureMember | None,
+    key: tuple[int, int],
+    env: Any,
+) -> tuple[dict[str, Any] | None, list[Record], bool]:
     """A member node's handling of one per-member message of its aggregator's session.
 
-    Returns ``("reply", reply or None)``, ``("late", None)`` (no session, or another
-    round's), ``("duplicate", None)`` or ``("refused", reason)`` (the member is out of
-    the session for good: the caller forgets it).
+    Returns the reply to send (None: nothing now), the records to emit (``late``: no
+    session or another round's; ``duplicate``; ``secure_refused`` with the reason) and
+    whether the member stays in the session (a refusal is final).
     """
-    if kind != "secagg":
-        raise WireError(f"expected a secagg message, got {kind!r}")
-    message = dict(body)
+    if env.kind != "secagg":
+        raise WireError(f"expected a secagg message, got {env.kind!r}")
+    fields = {"node": node, "round": env.round}
+    message = dict(env.body)
     sub = message.pop("sub", 0)
-    if member is None or (round_, sub) != key:
-        return "late", None
+    if member is None or (env.round, sub) != key:
+        return None, [Record(kind="late", fields=fields)], True
     if member.is_duplicate(message):
-        return "duplicate", None
+        return None, [Record(kind="duplicate", fields=fields)], True
     try:
-        return "reply", member.handle(message)
+        return member.handle(message), [], True
     except REFUSALS as exc:
-        return "refused", str(exc)
+        return None, [Record(kind="secure_refused", fields={**fields, "reason": str(exc)})], False

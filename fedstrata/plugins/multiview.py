@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -587,6 +587,30 @@ class _MultiView(Algorithm):
     def read_model(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The parent's model (its references come with the run's configuration)."""
         return read_state(body, self.shape), {}
+
+    def observer(
+        self,
+        views: Sequence[np.ndarray],
+        view_ids: Sequence[int],
+        references: Sequence[KernelReference] | None = None,
+    ) -> Callable[[Any], np.ndarray]:
+        """Labels of ``views`` under a state, with δ measured against ``references``."""
+        pv = prepare_views(
+            views, self.model, view_ids=view_ids, n_views=self.shape.n_views, references=references
+        )
+
+        def labels(state: Any) -> np.ndarray:
+            U = local_statistics(pv, state.batched(), self.model).memberships
+            assert U is not None
+            return U[0].argmax(axis=1)
+
+        return labels
+
+    def state_arrays(self, state: Any) -> dict[str, np.ndarray]:
+        """``centers_{h}`` per view and ``view_weights``."""
+        arrays = {f"centers_{h}": np.asarray(c) for h, c in enumerate(state.centers)}
+        arrays["view_weights"] = np.asarray(state.view_weights)
+        return arrays
 
     def subtree_partial(self, state: Any, total: dict[str, Any]) -> dict[str, Any]:
         """The subtree's model as one n-weighted parameter update."""

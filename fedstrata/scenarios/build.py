@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_references
-from fedstrata.algorithms.multiview import MultiViewModel, PreparedViews, prepare_views
+from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.algorithms.schedules import mvkm_ed_model
 from fedstrata.errors import ScenarioError
 from fedstrata.mqtt import group_prefix
 from fedstrata.nodes.aggregator import AggregatorNode
+from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.messages import Shape
@@ -59,14 +61,23 @@ class Federation:
     #: Per-client metrics of the global and personalized models (personalization on).
     client_rows: list[dict[str, Any]] = field(default_factory=list)
 
-    def prepared_clients(self) -> dict[str, PreparedViews]:
-        """Each client's views prepared as the clients do (global or local δ)."""
+    @cached_property
+    def algorithm(self) -> Algorithm:
+        """The algorithm plug-in the nodes run (for observers: records, final labels)."""
+        return algorithm_for(self.model, self.protocol, self.shape)
+
+    def client_observers(self) -> dict[str, Callable[[Any], np.ndarray]]:
+        """Per client, its labels under a global state, computed as the client does.
+
+        The references are those the clients are configured with: the pooled ones
+        (global scope; the tensor family always) or each client's own (local scope).
+        """
         X = self.dataset.views
         held = self.client_views
         views = {c: [X[g][idx] for g in held[c]] for c, idx in self.client_indices.items()}
         H = self.shape.n_views
         refs: list[Any] = [None] * H
-        if self.protocol.kernel_scope == "global":
+        if self.protocol.kernel_scope == "global" or not isinstance(self.model, MultiViewModel):
             refs = [
                 merge_kernel_references(
                     [kernel_reference(X[h][self.client_indices[c]]) for c in views if h in held[c]]
@@ -74,12 +85,8 @@ class Federation:
                 for h in range(H)
             ]
         return {
-            c: prepare_views(
-                v,
-                self.model,
-                view_ids=held[c],
-                n_views=H,
-                references=None if refs[0] is None else [refs[g] for g in held[c]],
+            c: self.algorithm.observer(
+                v, held[c], None if refs[0] is None else [refs[g] for g in held[c]]
             )
             for c, v in views.items()
         }

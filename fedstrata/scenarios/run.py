@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fedstrata import __version__
-from fedstrata.algorithms.multiview import MultiViewModel, State, local_statistics, prepare_views
+from fedstrata.algorithms.multiview import State
 from fedstrata.analysis.metrics import evaluate
 from fedstrata.analysis.records import (
     aggregate_row,
@@ -62,23 +62,25 @@ def scenario_hash(sc: Scenario, seed: int | None = None) -> str:
 
 
 def evaluate_state(fed: Federation, state: Any, pooled: Any = None) -> dict[str, float]:
-    """Metrics of a global state on the pooled data (an observer's view, not a protocol step)."""
-    model: MultiViewModel = fed.model
-    pv = pooled if pooled is not None else prepare_views(fed.dataset.views, model)
-    batched = state.batched()
-    labels = local_statistics(pv, batched, model).memberships[0].argmax(axis=1)
-    return evaluate(fed.dataset.labels, labels)
+    """Metrics of a global state on the pooled data (an observer's view, not a protocol step).
+
+    ``pooled``: the labelling function of :func:`pooled_observer` (built once per run).
+    """
+    label = pooled if pooled is not None else pooled_observer(fed)
+    return evaluate(fed.dataset.labels, label(state))
 
 
-def _final_labels(fed: Federation, state: State) -> np.ndarray:
-    """Each client's labels under the final global state, with its own δ (what it computes)."""
+def pooled_observer(fed: Federation) -> Callable[[Any], np.ndarray]:
+    """Labels of the pooled data under a global state (the data's own references)."""
+    return fed.algorithm.observer(fed.dataset.views, tuple(range(fed.shape.n_views)))
+
+
+def _final_labels(fed: Federation, state: Any) -> np.ndarray:
+    """Each client's labels under the final global state, computed as the client does."""
     labels = np.full(fed.dataset.n_samples, -1, dtype=np.int64)
-    batched = state.batched()
     with np.errstate(all="ignore"):  # a degenerate model is reported by status, not warnings
-        for c, pv in fed.prepared_clients().items():
-            labels[fed.client_indices[c]] = (
-                local_statistics(pv, batched, fed.model).memberships[0].argmax(axis=1)
-            )
+        for c, label in fed.client_observers().items():
+            labels[fed.client_indices[c]] = label(state)
     return labels
 
 
@@ -236,8 +238,7 @@ def simulate(
     stats = sim.stats()
     for problem in check_invariants(stats):  # a counting bug: say so in the record
         caught[f"counter invariant violated: {problem}"] = 1
-    pooled = prepare_views(fed.dataset.views, fed.model)
-    rows = _round_rows(fed, pooled)
+    rows = _round_rows(fed, pooled_observer(fed))
     status, reason, final_state, rounds = _outcome(fed, interrupted)
     status, reason, metrics, metrics_reason, labels = _quality(
         fed, status, reason, final_state, root_finished=sc.topology.cloud_id in sim.results
@@ -490,14 +491,13 @@ def _merge_tier_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-def _model_arrays(fed: Federation, state: State, rounds: int) -> dict[str, np.ndarray]:
-    arrays = {f"centers_{h}": c for h, c in enumerate(state.centers)}
-    arrays["view_weights"] = state.view_weights
+def _model_arrays(fed: Federation, state: Any, rounds: int) -> dict[str, np.ndarray]:
+    arrays = fed.algorithm.state_arrays(state)
     arrays["rounds"] = np.int64(rounds)
     arrays["algorithm"] = np.str_(fed.scenario.algorithm.name)
     arrays["n_clusters"] = np.int64(fed.model.n_clusters)
-    arrays["m"] = np.float64(fed.model.m)
-    arrays["alpha"] = np.float64(fed.model.alpha)
+    arrays["m"] = np.float64(fed.scenario.algorithm.m)
+    arrays["alpha"] = np.float64(fed.scenario.algorithm.alpha)
     return arrays
 
 

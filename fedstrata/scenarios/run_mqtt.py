@@ -47,7 +47,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fedstrata.algorithms.multiview import prepare_views
 from fedstrata.broker.endpoint import Endpoint
 from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.broker.runner import NodeRunner, RunLog, clear_retained, probe_broker
@@ -75,6 +74,7 @@ from fedstrata.scenarios.run import (
     _start_record,
     _write_record,
     personalization_report,
+    pooled_observer,
     privacy_report,
 )
 from fedstrata.scenarios.schema import Scenario
@@ -274,8 +274,7 @@ def mqtt_run(
     status, reason, metrics, metrics_reason, labels = _quality(
         fed, status, reason, final_state, root_finished=root_result is not None
     )
-    pooled = prepare_views(fed.dataset.views, fed.model)
-    rows = _round_rows(fed, pooled, records)
+    rows = _round_rows(fed, pooled_observer(fed), records)
     per_tier: dict[str, dict[str, int]] = {}
     for r in outcomes.values():
         row = per_tier.setdefault(

@@ -133,10 +133,10 @@ def build_node(
     tier = sc.tier_of(node_id)
     if tier is None:
         raise ValidationError(f"no node {node_id!r} in the scenario's topology")
-    model = model_of(sc)
     dims = tuple(int(d) for d in dims)
     if not dims or any(d < 1 for d in dims):
         raise ValidationError(f"dims must be positive feature counts, got {dims}")
+    model = model_of(sc, dims)
     shape = Shape(model.n_clusters, dims)
     protocol = protocol_config(sc, run)
     wiring = wire_topology(sc)

@@ -76,6 +76,7 @@ from fedstrata.scenarios.loader import (
 )
 from fedstrata.scenarios.schema import (
     MAX_SECONDS,
+    TENSOR_METHODS,
     Ident,
     Scenario,
     ScenarioErrors,
@@ -551,7 +552,11 @@ def _load(p: Path, file: str) -> NodeConfig:
     from fedstrata.scenarios.preflight import wire_topology
 
     sc_problems: list[ScenarioError] = []
-    for check, where in ((model_of, "algorithm"), (wire_topology, "topology")):
+    # the tensor family's model needs the feature counts: checked below, once they are known
+    checks = [(wire_topology, "topology")]
+    if sc.algorithm.name not in TENSOR_METHODS:
+        checks.insert(0, (model_of, "algorithm"))
+    for check, where in checks:
         try:
             check(sc)
         except ScenarioError as exc:
@@ -601,6 +606,11 @@ def _load(p: Path, file: str) -> NodeConfig:
     if role == "client" and spec.data is not None:
         view_ids, views, files = _data(spec, dims, resolve, problems)
     seal = _seal(spec, sc, wiring, resolve, problems)
+    if dims is not None and sc.algorithm.name in TENSOR_METHODS:
+        try:
+            model_of(sc, dims)
+        except ScenarioError as exc:
+            problems.add("scenario", f"algorithm: {exc.reason}")
     problems.raise_any()
     assert dims is not None
     assert endpoint is not None

@@ -14,7 +14,7 @@ import numpy as np
 from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_references
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.algorithms.schedules import mvkm_ed_model
-from fedstrata.errors import ScenarioError
+from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.mqtt import group_prefix
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
@@ -25,7 +25,14 @@ from fedstrata.nodes.sealing import PLAIN, Seal
 from fedstrata.privacy.signing import NodeKeys
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.preflight import prepare_data, split_samples, wire_topology
-from fedstrata.scenarios.schema import LatencySpec, LinkSpec, Scenario, clip
+from fedstrata.scenarios.schema import (
+    TENSOR_METHODS,
+    AlgorithmSpec,
+    LatencySpec,
+    LinkSpec,
+    Scenario,
+    clip,
+)
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Constant, Empirical, LatencyModel, Link, LogNormal, Normal, Pareto
 
@@ -37,6 +44,7 @@ __all__ = [
     "model_of",
     "protocol_config",
     "split_data",
+    "tensor_model_of",
 ]
 
 
@@ -120,8 +128,13 @@ def link_of(spec: LinkSpec) -> Link:
     )
 
 
-def model_of(sc: Scenario) -> MultiViewModel:
-    """The clustering model of the scenario's algorithm section."""
+def model_of(sc: Scenario, dims: Sequence[int] | None = None) -> Any:
+    """The clustering model of the scenario's algorithm section.
+
+    The tensor family's model depends on the views' feature counts ``dims`` (a rank
+    may not exceed them); without ``dims`` a :class:`~fedstrata.errors.ScenarioError`
+    says so.
+    """
     a = sc.algorithm
     if a.name == "hk-mvfc":
         return MultiViewModel(
@@ -138,7 +151,34 @@ def model_of(sc: Scenario) -> MultiViewModel:
         )
     if a.name == "mvkm-ed":
         return mvkm_ed_model(a.n_clusters, a.alpha)
+    if a.name in TENSOR_METHODS:
+        if dims is None:
+            raise ScenarioError(
+                f"{a.name} needs the views' feature counts to build its model",
+                path="algorithm",
+            )
+        return tensor_model_of(a, dims)
     raise ScenarioError(f"unknown algorithm {a.name!r}", path="algorithm.name")
+
+
+def tensor_model_of(a: AlgorithmSpec, dims: Sequence[int]) -> Any:
+    """The tensor family's model: the keys the scenario sets, the method's defaults else.
+
+    A value the model refuses (a rank above a view's feature count, say) becomes a
+    :class:`~fedstrata.errors.ScenarioError` on ``algorithm``.
+    """
+    from fedstrata.algorithms.tensor.model import TensorModel
+
+    keys = ("m", "alpha", "local_epochs", "eps_a", "eps_v", "rank", "lam", "tau", "rho", "beta")
+    params: dict[str, Any] = {k: getattr(a, k) for k in keys if k in a.model_fields_set}
+    if a.ranks is not None:
+        params["ranks"] = tuple(a.ranks)
+    if a.decomposition is not None:
+        params["decomposition"] = a.decomposition
+    try:
+        return TensorModel(a.name, a.n_clusters, tuple(int(d) for d in dims), **params)
+    except FedstrataError as exc:
+        raise ScenarioError(str(exc), path="algorithm") from exc
 
 
 def split_data(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:
@@ -324,8 +364,9 @@ def build_federation(
         sc = sc.model_copy(update={"seed": seed})
     data = prepare_data(sc)  # dataset, split and views: the same code as the pre-flight check
     ds = data.dataset
-    model = model_of(sc)
-    shape = Shape(model.n_clusters, tuple(X.shape[1] for X in ds.views))
+    dims = tuple(X.shape[1] for X in ds.views)
+    model = model_of(sc, dims)
+    shape = Shape(model.n_clusters, dims)
     pr = sc.protocol
     protocol = protocol_config(
         sc, sc.name.replace("/", "_").replace("+", "_").replace("#", "_") or "run"

@@ -23,7 +23,14 @@ from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.errors import ValidationError as FsValidationError
 from fedstrata.scenarios import partition as part
 from fedstrata.scenarios.datasets import MultiViewDataset, dataset_size, load_dataset
-from fedstrata.scenarios.schema import SEED_LIMIT, Scenario, ScenarioErrors, clip, show
+from fedstrata.scenarios.schema import (
+    SEED_LIMIT,
+    TENSOR_METHODS,
+    Scenario,
+    ScenarioErrors,
+    clip,
+    show,
+)
 
 __all__ = [
     "PreparedData",
@@ -400,7 +407,8 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     except ScenarioError as exc:
         collect(exc)
     try:
-        model_of(sc)
+        if data is not None or sc.algorithm.name not in TENSOR_METHODS:
+            model_of(sc, None if data is None else [X.shape[1] for X in data.dataset.views])
     except ScenarioError as exc:
         collect(exc)
     except (FedstrataError, ValueError) as exc:

@@ -639,6 +639,23 @@ class DataSpec(_Strict):
 # ------------------------------------------------------------------------------ algorithm
 
 
+TENSOR_METHODS = ("e-fkmvc", "fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person")
+
+# the tensor family's own keys, and which method reads each (the others refuse them)
+_TENSOR_KEYS: dict[str, frozenset[str]] = {
+    "local_epochs": frozenset(TENSOR_METHODS),
+    "eps_a": frozenset({"e-fkmvc"}),
+    "eps_v": frozenset({"e-fkmvc"}),
+    "rank": frozenset({"fedhk-parafac2", "fedhk-mvc-person"}),
+    "ranks": frozenset({"fedhk-tucker", "fedhk-mvc-person"}),
+    "lam": frozenset({"fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person"}),
+    "tau": frozenset({"fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person"}),
+    "rho": frozenset({"fedhk-mvc-person"}),
+    "beta": frozenset({"fedhk-mvc-person"}),
+    "decomposition": frozenset({"fedhk-mvc-person"}),
+}
+
+
 class AlgorithmSpec(_Strict):
     """Clustering algorithm and its hyper-parameters.
 
@@ -648,45 +665,105 @@ class AlgorithmSpec(_Strict):
     set to anything else with it. ``mvkm-ed`` (hard memberships, its own β schedule)
     takes neither ``m``, ``kernel`` nor ``center_update``, and runs with ``protocol.rule:
     sum`` (the parameter rules do not carry its β yet).
+
+    The tensor family (``e-fkmvc``, ``fedhk-parafac2``, ``fedhk-tucker``,
+    ``fedhk-mvc-person``; "Personalized Federated Heat-Kernel Enhanced Multi-View
+    Clustering via Advanced Tensor Decomposition") takes ``m``, ``alpha`` (default 2
+    there) and its own keys, each read by some of the four only: ``local_epochs`` (all),
+    ``eps_a``/``eps_v`` (e-fkmvc's personalisation steps), ``rank`` (PARAFAC2 or CP),
+    ``ranks`` (Tucker's three ranks), ``lam`` (λ, the weight of the global factors in a
+    client's blend), ``tau`` (τ of the clients' softmax weights), ``rho`` and ``beta``
+    (fedhk-mvc-person's view-weight blend and λ step) and ``decomposition``
+    (fedhk-mvc-person: parafac2, tucker or cp). Unset keys take the method's defaults.
     """
 
-    name: Literal["hk-mvfc", "mvfcm", "mvkm-ed"] = "hk-mvfc"
+    name: Literal[
+        "hk-mvfc",
+        "mvfcm",
+        "mvkm-ed",
+        "e-fkmvc",
+        "fedhk-parafac2",
+        "fedhk-tucker",
+        "fedhk-mvc-person",
+    ] = "hk-mvfc"
     n_clusters: Annotated[int, Field(ge=2, le=MAX_CLUSTERS, description="2 .. 1000")] = 4
     m: Annotated[float, Field(gt=1.0, le=50.0, description="(1, 50]")] = 2.0
     alpha: Annotated[float, Field(gt=1.0, le=1000.0, description="(1, 1000]")] = 5.0
     kernel: Literal["type1", "type2", "none"] = "type1"
     center_update: Literal["paper", "exact", "derivation"] = "paper"
+    local_epochs: Annotated[int, Field(ge=1, le=1000, description="1 .. 1000")] | None = None
+    eps_a: Annotated[float, Field(ge=0.0, le=10.0, description="[0, 10]")] | None = None
+    eps_v: Annotated[float, Field(ge=0.0, le=10.0, description="[0, 10]")] | None = None
+    rank: Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")] | None = None
+    ranks: (
+        Annotated[
+            list[Annotated[int, Field(ge=1, le=10_000)]],
+            Field(min_length=3, max_length=3, description="three ranks, each 1 .. 10000"),
+        ]
+        | None
+    ) = None
+    lam: Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")] | None = None
+    tau: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] | None = None
+    rho: Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")] | None = None
+    beta: Annotated[float, Field(ge=0.0, le=1e3, description="[0, 1000]")] | None = None
+    decomposition: Literal["parafac2", "tucker", "cp"] | None = None
 
     @model_validator(mode="after")
     def _used(self) -> AlgorithmSpec:
-        if self.name == "mvkm-ed":
-            unused = [k for k in ("m", "kernel", "center_update") if k in self.model_fields_set]
-            if unused:
-                raise ScenarioErrors(
-                    [
-                        ScenarioError(
-                            "mvkm-ed has hard memberships, no heat kernel and the exact "
-                            f"centre update; remove {k}",
-                            path=f"algorithm.{k}",
-                        )
-                        for k in unused
-                    ]
-                )
-            return self
-        if self.name != "mvfcm":
-            return self
-        errors = []
-        if "kernel" in self.model_fields_set and self.kernel != "none":
-            errors.append(
-                ScenarioError("mvfcm uses no heat kernel; remove kernel", path="algorithm.kernel")
+        errors = [
+            ScenarioError(
+                f"{k} is for {' and '.join(sorted(users))} only (name is {self.name!r}); remove it",
+                path=f"algorithm.{k}",
             )
-        if "center_update" in self.model_fields_set and self.center_update != "exact":
-            errors.append(
+            for k, users in _TENSOR_KEYS.items()
+            if k in self.model_fields_set and self.name not in users
+        ]
+        if self.name in TENSOR_METHODS:
+            errors += [
                 ScenarioError(
-                    "mvfcm always uses the exact centre update; remove center_update",
-                    path="algorithm.center_update",
+                    f"{self.name} has its own heat kernel (min-max coefficients) and "
+                    f"centre steps; remove {k}",
+                    path=f"algorithm.{k}",
                 )
-            )
+                for k in ("kernel", "center_update")
+                if k in self.model_fields_set
+            ]
+            if self.name == "fedhk-mvc-person":
+                tucker = (self.decomposition or "parafac2") == "tucker"
+                wrong = "rank" if tucker else "ranks"
+                if wrong in self.model_fields_set:
+                    errors.append(
+                        ScenarioError(
+                            f"{wrong} does not fit decomposition "
+                            f"{self.decomposition or 'parafac2'!r} (Tucker takes ranks, "
+                            "PARAFAC2 and CP take rank); remove it",
+                            path=f"algorithm.{wrong}",
+                        )
+                    )
+        elif self.name == "mvkm-ed":
+            errors += [
+                ScenarioError(
+                    "mvkm-ed has hard memberships, no heat kernel and the exact "
+                    f"centre update; remove {k}",
+                    path=f"algorithm.{k}",
+                )
+                for k in ("m", "kernel", "center_update")
+                if k in self.model_fields_set
+            ]
+        elif self.name == "mvfcm":
+            if "kernel" in self.model_fields_set and self.kernel != "none":
+                errors.append(
+                    ScenarioError(
+                        "mvfcm uses no heat kernel; remove kernel", path="algorithm.kernel"
+                    )
+                )
+            if "center_update" in self.model_fields_set and self.center_update != "exact":
+                errors.append(
+                    ScenarioError(
+                        "mvfcm always uses the exact centre update; remove center_update",
+                        path="algorithm.center_update",
+                    )
+                )
         if errors:
             raise ScenarioErrors(errors)
         return self
@@ -1181,6 +1258,47 @@ class Scenario(_Strict):
                 return tier.name
         return None
 
+    def _check_tensor(self, fail: Callable[[str, str], None]) -> None:
+        """What the tensor family runs with: sums, pooled ranges, no fog periods."""
+        p, name = self.protocol, self.algorithm.name
+        if p.rule != "sum":
+            fail(
+                "protocol.rule",
+                f"{name} runs with rule 'sum' (its clients send pre-weighted sums; the "
+                f"server rule is the paper's), not {p.rule!r}",
+            )
+        if p.kernel_scope == "local":
+            fail(
+                "protocol.kernel_scope",
+                f"{name} scales every client's views with the pooled ranges: kernel_scope "
+                "must be global",
+            )
+        if p.compression.scheme != "none":
+            fail(
+                "protocol.compression",
+                f"{name}'s messages are factor sums; compression is for the multi-view "
+                "statistics only",
+            )
+        if self.privacy.dp is not None:
+            fail(
+                "privacy.dp",
+                f"differential privacy is calibrated for the multi-view statistics; {name}'s "
+                "factor sums have no clipping bound yet",
+            )
+        if p.personalization is not None:
+            fail(
+                "protocol.personalization",
+                f"{name} personalises with its own λ blend (algorithm.lam); remove "
+                "protocol.personalization",
+            )
+        for i, t in enumerate(self.topology.tiers):
+            if t.max_period() > 1:
+                fail(
+                    f"topology.tiers.{i}.period",
+                    f"{name}: a middle tier cannot turn a tensor model back into client "
+                    "sums, so tier periods must be 1",
+                )
+
     def _check_privacy(self, fail: Callable[[str, str], None]) -> None:
         """Secure aggregation sums synchronous rounds of additive partials."""
         pv, p = self.privacy, self.protocol
@@ -1273,8 +1391,8 @@ class Scenario(_Strict):
                     "protocol.kernel_scope",
                     "mvkm-ed's β comes from the pooled feature means: kernel_scope must be global",
                 )
-        # secure aggregation is rejected by PrivacySpec until it is implemented; it will need
-        # an additive rule (not 'median') here
+        if self.algorithm.name in TENSOR_METHODS:
+            self._check_tensor(fail)
         for i, t in enumerate(topo.tiers):
             for nid in t.periods:
                 parsed = _generated(nid)

@@ -36,7 +36,28 @@ err = Console(stderr=True, soft_wrap=True)
 out = Console(soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
-ALGORITHMS = ("hk-mvfc", "mvfcm", "mvkm-ed", "concat-kmeans")
+ALGORITHMS = (
+    "hk-mvfc",
+    "mvfcm",
+    "mvkm-ed",
+    "concat-kmeans",
+    "e-fkmvc",
+    "fedhk-parafac2",
+    "fedhk-tucker",
+    "fedhk-mvc-person",
+)
+# the options of `cluster` each algorithm takes (an option given to one that does not
+# take it is an error, never silently dropped)
+_TAKES = {
+    "hk-mvfc": {"m", "alpha", "kernel", "center_update", "n_init"},
+    "mvfcm": {"m", "alpha", "n_init"},
+    "mvkm-ed": {"alpha", "n_init"},
+    "concat-kmeans": {"n_init"},
+    "e-fkmvc": {"m", "alpha"},
+    "fedhk-parafac2": {"m", "alpha", "rank"},
+    "fedhk-tucker": {"m", "alpha"},
+    "fedhk-mvc-person": {"m", "alpha", "rank"},
+}
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -45,18 +66,22 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _make_estimator(name: str, n_clusters: int, seed: int, **params: Any) -> Any:
-    from fedstrata.algorithms import HKMVFC, MVFCM, MVKMED, ConcatKMeans
+    from fedstrata import algorithms
     from fedstrata.errors import ValidationError
 
     factories = {
-        "hk-mvfc": HKMVFC,
-        "mvfcm": MVFCM,
-        "mvkm-ed": MVKMED,
-        "concat-kmeans": ConcatKMeans,
+        "hk-mvfc": "HKMVFC",
+        "mvfcm": "MVFCM",
+        "mvkm-ed": "MVKMED",
+        "concat-kmeans": "ConcatKMeans",
+        "e-fkmvc": "EFKMVC",
+        "fedhk-parafac2": "FedHKPARAFAC2",
+        "fedhk-tucker": "FedHKTucker",
+        "fedhk-mvc-person": "FedHKMVCPerson",
     }
     if name not in factories:
         raise ValidationError(f"unknown algorithm {name!r}; choose one of {', '.join(factories)}")
-    return factories[name](n_clusters, random_state=seed, **params)
+    return getattr(algorithms, factories[name])(n_clusters, random_state=seed, **params)
 
 
 @app.command()
@@ -65,29 +90,49 @@ def cluster(
     algorithm: str = typer.Option("hk-mvfc", help=f"One of {', '.join(ALGORITHMS)}."),
     n_clusters: int = typer.Option(0, help="Number of clusters (default: the dataset's classes)."),
     seed: int = typer.Option(0, help="Random seed for data and fit."),
-    kernel: str = typer.Option("type1", help="hk-mvfc heat kernel: type1, type2, none."),
-    center_update: str = typer.Option(
-        "paper", help="hk-mvfc centre update: paper, exact, derivation."
+    kernel: str | None = typer.Option(None, help="hk-mvfc heat kernel: type1, type2, none."),
+    center_update: str | None = typer.Option(
+        None, help="hk-mvfc centre update: paper, exact, derivation."
     ),
-    m: float = typer.Option(2.0, help="Fuzzifier (hk-mvfc, mvfcm)."),
-    alpha: float = typer.Option(5.0, help="View-weight exponent."),
-    n_init: int = typer.Option(10, help="Restarts."),
+    m: float | None = typer.Option(
+        None, help="Fuzzifier (fuzzy methods; default: the algorithm's)."
+    ),
+    alpha: float | None = typer.Option(
+        None, help="View-weight exponent (default: the algorithm's)."
+    ),
+    rank: int | None = typer.Option(None, help="PARAFAC2/CP rank (fedhk-parafac2, -mvc-person)."),
+    n_init: int | None = typer.Option(None, help="Restarts (default: the algorithm's)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Cluster a dataset centrally and print ACC/NMI/ARI, objective, view weights and time."""
     from fedstrata.analysis.metrics import evaluate
     from fedstrata.scenarios.datasets import load_dataset
 
+    given = {
+        k: v
+        for k, v in {
+            "kernel": kernel,
+            "center_update": center_update,
+            "m": m,
+            "alpha": alpha,
+            "rank": rank,
+            "n_init": n_init,
+        }.items()
+        if v is not None
+    }
+    takes = _TAKES.get(algorithm)
+    if takes is not None:
+        refused = [k for k in given if k not in takes]
+        if refused:
+            raise _fail(
+                f"{algorithm} does not take "
+                + ", ".join("--" + k.replace("_", "-") for k in refused)
+                + f" (it takes {', '.join('--' + k.replace('_', '-') for k in sorted(takes))})",
+                2,
+            )
     ds = load_dataset(dataset, random_state=seed)
     c = n_clusters or ds.n_clusters
-    params: dict[str, Any] = {"n_init": n_init}
-    if algorithm == "hk-mvfc":
-        params.update(kernel=kernel, center_update=center_update, m=m, alpha=alpha)
-    elif algorithm == "mvfcm":
-        params.update(m=m, alpha=alpha)
-    elif algorithm == "mvkm-ed":
-        params.update(alpha=alpha if alpha != 5.0 else 2.0)
-    est = _make_estimator(algorithm, c, seed, **params)
+    est = _make_estimator(algorithm, c, seed, **given)
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -60,6 +60,15 @@ def tiny(tmp_path):
         (("cluster", "--algorithm", "bogus"), "error: unknown algorithm 'bogus'"),
         (("cluster", "--dataset", "bogus"), "error: unknown dataset 'bogus'"),
         (("cluster", "--m", "0.5"), "error: HKMVFC: parameter 'm' must be > 1.0, got 0.5"),
+        (
+            ("cluster", "--algorithm", "fedhk-tucker", "--kernel", "type2"),
+            "error: fedhk-tucker does not take --kernel (it takes --alpha, --m)",
+        ),
+        (("cluster", "--algorithm", "mvfcm", "--rank", "2"), "mvfcm does not take --rank"),
+        (
+            ("cluster", "--algorithm", "fedhk-parafac2", "--rank", "3"),
+            "rank 3 is larger than view 0's dimension d_0=2",
+        ),
     ],
 )
 def test_usage_errors_are_one_short_message_and_exit_2(args, needle):
@@ -219,3 +228,15 @@ def test_ctrl_c_leaves_a_valid_interrupted_record(tmp_path, sig):
     assert summary["reason"].startswith("interrupted at virtual time")
     assert 0 < summary["rounds"] < 100000
     assert "interrupted" in stdout
+
+
+@pytest.mark.parametrize(
+    "algorithm", ["e-fkmvc", "fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person"]
+)
+def test_cluster_runs_the_tensor_family(algorithm):
+    res = fedstrata("cluster", "--algorithm", algorithm, "--seed", "1", "--json")
+    no_traceback(res)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["algorithm"] == algorithm and out["n_samples"] == 10_000
+    assert 0.0 <= out["ari"] <= 1.0 and len(out["view_weights"]) == 2

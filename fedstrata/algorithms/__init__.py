@@ -31,6 +31,11 @@ _LAZY = {
     "ConcatKMeans": "fedstrata.algorithms.baselines",
     "FederatedResult": "fedstrata.algorithms.federated",
     "federated_fit": "fedstrata.algorithms.federated",
+    "EFKMVC": "fedstrata.algorithms.tensor",
+    "FedHKPARAFAC2": "fedstrata.algorithms.tensor",
+    "FedHKTucker": "fedstrata.algorithms.tensor",
+    "FedHKMVCPerson": "fedstrata.algorithms.tensor",
+    "tensor_federated_fit": "fedstrata.algorithms.tensor",
 }
 
 
@@ -47,10 +52,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "EFKMVC",
     "HKMVFC",
     "MVFCM",
     "MVKMED",
     "ConcatKMeans",
+    "FedHKMVCPerson",
+    "FedHKPARAFAC2",
+    "FedHKTucker",
     "FederatedResult",
     "MultiViewModel",
     "ParamUpdate",
@@ -65,5 +74,6 @@ __all__ = [
     "personalize",
     "plain_mean",
     "prepare_views",
+    "tensor_federated_fit",
     "weighted_average",
 ]

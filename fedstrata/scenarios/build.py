@@ -178,7 +178,11 @@ def tensor_model_of(a: AlgorithmSpec, dims: Sequence[int]) -> Any:
     try:
         return TensorModel(a.name, a.n_clusters, tuple(int(d) for d in dims), **params)
     except FedstrataError as exc:
-        raise ScenarioError(str(exc), path="algorithm") from exc
+        msg = str(exc)
+        key = next((k for k in ("ranks", "rank") if k in params and f"{k} " in msg.lower()), "")
+        if not key and "rank" in msg.lower():
+            key = next((k for k in ("ranks", "rank") if k in params), "")
+        raise ScenarioError(msg, path=f"algorithm.{key}" if key else "algorithm") from exc
 
 
 def split_data(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:

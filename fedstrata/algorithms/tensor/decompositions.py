@@ -208,10 +208,13 @@ def als_step(
                 init = TuckerTensor(
                     (f["G"].copy(), [f["U"] * sN[:, None], f["Vf"].copy(), f["W"] * sw[:, None]])
                 )
-                core, fs = tucker(
-                    T, rank=list(ranks), init=init, mask=M, n_iter_max=n_als, tol=0,
-                    random_state=_TENSORLY_SEED,
-                )  # fmt: skip
+                try:
+                    core, fs = tucker(
+                        T, rank=list(ranks), init=init, mask=M, n_iter_max=n_als, tol=0,
+                        random_state=_TENSORLY_SEED,
+                    )  # fmt: skip
+                except np.linalg.LinAlgError:  # an SVD that did not converge: keep these
+                    return out
                 # unscale, then restore orthonormal cluster/view factors (QR, R into the
                 # core): the gauge G ×n M⁻¹, U_n M is otherwise free and clients that
                 # weight their views differently would send incomparable cores
@@ -244,10 +247,13 @@ def als_step(
                 [_polar(f["P"][off[h] : off[h + 1]]) for h in views],
             )
         )
-        w, (Aw, B, C), P = parafac2(
-            slices, ranks[0], init=init, n_iter_max=n_als, tol=0, linesearch=False,
-            n_iter_parafac=n_iter_parafac, random_state=_TENSORLY_SEED,
-        )  # fmt: skip
+        try:
+            w, (Aw, B, C), P = parafac2(
+                slices, ranks[0], init=init, n_iter_max=n_als, tol=0, linesearch=False,
+                n_iter_parafac=n_iter_parafac, random_state=_TENSORLY_SEED,
+            )  # fmt: skip
+        except np.linalg.LinAlgError:  # a singular inner CP system: keep the current factors
+            return out
         out["B"], out["C"] = B * w, C / sN[:, None]
         out["A"][list(views)] = Aw / vw[:, None]
         for h, Ph in zip(views, P, strict=True):

@@ -286,3 +286,30 @@ def test_person_adapts_lambdas(data):
     assert all(set(lam) == {"core", "P", "Q", "R"} for lam in lams)
     assert all(0.0 <= v <= 1.0 for lam in lams for v in lam.values())
     assert any(v != 0.5 for lam in lams for v in lam.values())
+
+
+@pytest.mark.parametrize(
+    ("kw", "name"),
+    [
+        ({"method": "fedhk-parafac2"}, "parafac2"),
+        ({"method": "fedhk-tucker"}, "tucker"),
+        ({"method": "fedhk-mvc-person", "decomposition": "cp"}, "parafac"),
+    ],
+)
+def test_a_singular_factor_fit_keeps_the_factors_instead_of_crashing(data, kw, name, monkeypatch):
+    """tensorly raises LinAlgError on a singular inner system (seen with PARAFAC2 at some
+    sizes): the client keeps its current factors for that epoch and still answers."""
+    import tensorly.decomposition as td
+
+    views, _ = data
+    model = TensorModel(n_clusters=3, dims=DIMS, local_epochs=2, **kw)
+    X = scaled(views)
+    glob = initial_global(model, [np.random.default_rng(1).random((3, d)) for d in DIMS])
+
+    def singular(*args, **kwargs):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+    monkeypatch.setattr(td, name, singular)
+    msg = TensorClient(model, X, [0, 1, 2]).step(glob)
+    assert set(msg) == set(message_shapes(model))
+    assert all(np.isfinite(a).all() for a in msg.values())

@@ -42,10 +42,27 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
-    _init_methods: ClassVar[tuple[str, ...]] = ("kmeans", "k-means++", "random")
+    _init_methods: ClassVar[tuple[str, ...]] = ("kmeans", "k-means++", "random", "kmeans-best")
 
     def _model(self) -> MultiViewModel:
         raise NotImplementedError
+
+    def _fit_model(self, data: list[np.ndarray]) -> MultiViewModel:
+        """The model fitted to ``data`` (data-derived settings resolved); default ``_model()``."""
+        return self._model()
+
+    def _fitted_model(self) -> MultiViewModel:
+        """The model of the last fit (``model_``), else ``_model()``."""
+        model = getattr(self, "model_", None)
+        return model if isinstance(model, MultiViewModel) else self._model()
+
+    def _setting(self, name: str) -> Any:
+        """The effective value of parameter ``name`` (subclasses resolve presets here)."""
+        return getattr(self, name)
+
+    def _relative_tol(self) -> bool:
+        """Whether ``tol`` is relative to |J| (see :func:`fit_batched`)."""
+        return False
 
     def _view_scale(self, pv: PreparedViews) -> ScaleFn:
         return None
@@ -62,7 +79,7 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
 
     def _initial_state(self, data: list[np.ndarray], rng: np.random.Generator) -> State:
         H = len(data)
-        init = self.init
+        init = self._setting("init")
         if isinstance(init, str):
             if init not in self._init_methods:
                 raise ValidationError(
@@ -70,7 +87,7 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
                     f"list of per-view centre arrays; got {init!r}"
                 )
             centers = initial_centers(
-                data, self.n_clusters, n_init=self.n_init, method=init, rng=rng
+                data, self.n_clusters, n_init=self._setting("n_init"), method=init, rng=rng
             )
         else:
             if not isinstance(init, list | tuple) or len(init) != H:
@@ -91,7 +108,9 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
         """Fit the model to multi-view data; ``views`` is a list of (n, d_h) arrays."""
         data = self._validate(views)
         rng = np.random.default_rng(check_random_state(self.random_state).randint(2**31 - 1))
-        model = self._model()
+        model = self._fit_model(data)
+        self.model_ = model
+        relative = self._relative_tol()
         self.kernel_references_ = [kernel_reference(X) for X in data]
         pv = prepare_views(data, model)
         init = self._initial_state(data, rng)
@@ -110,6 +129,7 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
                 tol=self.tol,
                 view_scale=view_scale,
                 warn=False,
+                relative=relative,
             )
 
         workers = _restart_workers(len(restarts), pv.n_samples * model.n_clusters)
@@ -121,7 +141,7 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
             results = [run(r) for r in restarts]
         best = None
         for res in results:  # in restart order, as a sequential loop would
-            _warn_max_iter(res.n_iter, self.max_iter, self.tol, stacklevel=2)
+            _warn_max_iter(res.n_iter, self.max_iter, self.tol, stacklevel=2, relative=relative)
             if best is None or res.objective[0] < best.objective[0]:
                 best = res
         assert best is not None
@@ -154,7 +174,7 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
                 f"{[X.shape[1] for X in data]}"
             )
         refs: list[KernelReference] = self.kernel_references_
-        return prepare_views(data, self._model(), references=refs)
+        return prepare_views(data, self._fitted_model(), references=refs)
 
     def predict_memberships(self, views: Any) -> np.ndarray:
         """Memberships (n, c) of new samples under the fitted centres and weights.
@@ -163,7 +183,7 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
         data's per-feature statistics.
         """
         pv = self._prepare_new(views)
-        return self._memberships(pv, self.state_, self._model())
+        return self._memberships(pv, self.state_, self._fitted_model())
 
     def predict(self, views: Any) -> np.ndarray:
         """Hard labels of new samples (argmax of :meth:`predict_memberships`)."""

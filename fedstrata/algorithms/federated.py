@@ -39,6 +39,7 @@ from fedstrata.algorithms.multiview import (
     MultiViewModel,
     PreparedViews,
     State,
+    auto_fuzzifier,
     combine,
     local_statistics,
     objective,
@@ -86,7 +87,9 @@ def prepare_clients(
     """Validate every client's views and compute their heat-kernel coefficients.
 
     ``kernel_scope="local"`` measures δ against each client's own data (Eq. 37/38),
-    ``"global"`` against the pooled statistics of all clients.
+    ``"global"`` against the pooled statistics of all clients: the merged
+    :class:`~fedstrata.algorithms.kernels.KernelReference` (min, max, sum, count and,
+    for ``model.bandwidth``, the sum of squared deviations ``sq_dev``).
     """
     if not client_views:
         raise ValidationError("client_views must hold at least one client")
@@ -98,13 +101,13 @@ def prepare_clients(
                 f"client {i} has view dims {[X.shape[1] for X in views]}, expected {dims}"
             )
     if kernel_scope == "local":
-        return [prepare_views(v, model) for v in data]
+        return [prepare_views(v, model, view_dims=dims) for v in data]
     if kernel_scope != "global":
         raise ValidationError(f"kernel_scope must be 'local' or 'global', got {kernel_scope!r}")
     refs = [
         merge_kernel_references([kernel_reference(v[h]) for v in data]) for h in range(len(dims))
     ]
-    return [prepare_views(v, model, references=refs) for v in data]
+    return [prepare_views(v, model, references=refs, view_dims=dims) for v in data]
 
 
 def initial_state(
@@ -129,7 +132,7 @@ def federated_fit(
     rule: str = "sum",
     rounds: int = 50,
     local_iters: int = 1,
-    m: float = 2.0,
+    m: float | str = 2.0,
     alpha: float = 5.0,
     kernel: str = "type1",
     center_update: str = "paper",
@@ -139,6 +142,11 @@ def federated_fit(
     init: State | None = None,
     kernel_scope: str | None = None,
     random_state: Any = None,
+    bandwidth: float | None = None,
+    standardize: bool = True,
+    view_balance: str = "dimension",
+    relative_tol: bool = False,
+    init_method: str = "kmeans",
 ) -> FederatedResult:
     """Fit FedHK-MVFC over in-memory clients.
 
@@ -146,8 +154,11 @@ def federated_fit(
     ----------
     client_views
         One list of (n_ℓ, d_h) arrays per client.
-    n_clusters, m, alpha, kernel, center_update
-        As :class:`~fedstrata.algorithms.HKMVFC`.
+    n_clusters, m, alpha, kernel, center_update, bandwidth, standardize, view_balance
+        As :class:`~fedstrata.algorithms.HKMVFC`; the defaults here are the paper's
+        (:class:`~fedstrata.algorithms.HKMVFC` with ``preset="paper"``). ``m="auto"``
+        resolves by :func:`~fedstrata.algorithms.multiview.auto_fuzzifier` from the
+        pooled sample count (the sum of the clients' counts).
     rule
         ``"sum"`` (exact sufficient statistics), ``"weighted"`` (Eq. 74/75),
         ``"mean"`` (Eq. 77) or ``"median"`` (Eq. 76).
@@ -165,6 +176,11 @@ def federated_fit(
         ``"global"`` (default for sum) or ``"local"`` (default for the paper rules).
     random_state
         Seed or generator for the initialization.
+    relative_tol
+        Sum mode: stop at |ΔJ| < tol·|J| (as ``HKMVFC(relative_tol=True)``).
+    init_method
+        Initializer of the largest client when ``init`` is not given (see
+        :func:`~fedstrata.algorithms.init.initial_centers`).
     """
     if rule not in RULES:
         raise ValidationError(f"unknown rule {rule!r}; expected one of {RULES}")
@@ -172,19 +188,25 @@ def federated_fit(
         raise ValidationError("rule='sum' aggregates every iteration: local_iters must be 1")
     if rounds < 1 or local_iters < 1:
         raise ValidationError("rounds and local_iters must be >= 1")
+    if m == "auto" and client_views:
+        n_total = sum(int(np.shape(v[0])[0]) for v in client_views)
+        m = auto_fuzzifier(n_total, [int(np.shape(X)[1]) for X in client_views[0]], n_clusters)
     model = MultiViewModel(
         n_clusters=n_clusters,
         m=float(m),
         alpha=float(alpha),
         kernel=kernel,
         center_update=center_update,
+        bandwidth=None if bandwidth is None else float(bandwidth),
+        standardize=standardize,
+        view_balance=view_balance,
     )
     scope = kernel_scope or ("global" if rule == "sum" else "local")
     pvs = prepare_clients(client_views, model, kernel_scope=scope)
     from sklearn.utils import check_random_state  # lazily: sklearn is slow to import
 
     rng = np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
-    state = init if init is not None else initial_state(pvs, n_clusters, rng)
+    state = init if init is not None else initial_state(pvs, n_clusters, rng, init_method)
     state = state.batched()
     history: list[float] = []
     converged = False
@@ -196,7 +218,7 @@ def federated_fit(
             stats = [local_statistics(pv, state, model) for pv in pvs]
             new = combine(stats, state, model)
             J = float(objective(sum_statistics(stats), new.view_weights, model.alpha)[0])
-            converged = abs(prev - J) < tol
+            converged = abs(prev - J) < (tol * abs(J) if relative_tol else tol)
             prev = J
         else:
             updates = []

@@ -54,12 +54,15 @@ def _restart_workers(n_restarts: int, size: int) -> int:
     return max(1, min(n_restarts, cpus))
 
 
-def _warn_max_iter(n_iter: np.ndarray, max_iter: int, tol: float, stacklevel: int) -> None:
+def _warn_max_iter(
+    n_iter: np.ndarray, max_iter: int, tol: float, stacklevel: int, relative: bool = False
+) -> None:
     """ConvergenceWarning for restarts that stopped at ``max_iter`` before |ΔJ| < tol."""
     if (n_iter == max_iter).any() and tol > 0:
+        rule = "|ΔJ| < tol·|J|" if relative else "|ΔJ| < tol"
         warnings.warn(
             f"{int((n_iter == max_iter).sum())} of {n_iter.size} restarts stopped at "
-            f"max_iter={max_iter} before |ΔJ| < tol",
+            f"max_iter={max_iter} before {rule}",
             ConvergenceWarning,
             stacklevel=stacklevel + 1,
         )
@@ -74,12 +77,15 @@ def fit_batched(
     tol: float,
     view_scale: Callable[[np.ndarray], np.ndarray] | None = None,
     warn: bool = True,
+    relative: bool = False,
 ) -> FitResult:
     """Run the alternating updates for R restarts at once until |ΔJ| < tol (Alg. 1).
 
     Converged restarts leave the batch, so the cost follows the slowest restart only
     for the iterations it alone needs. ``view_scale(t)`` (1-based t) returns a per-view
     δ multiplier (R, H) given each restart's iteration t (R,) (MVKM-ED's β schedule).
+    ``relative=True`` stops at |ΔJ| < tol·|J| instead: J carries the factor v_h^α,
+    which for a large α is far below 1, so an absolute tolerance would stop at once.
     """
     R = init.view_weights.shape[0]
     state = init
@@ -97,7 +103,8 @@ def fit_batched(
         for r, j in zip(active, J, strict=True):
             history[r].append(float(j))
         n_iter[active] = t
-        done = np.abs(prev[active] - J) < tol
+        change = np.abs(prev[active] - J)
+        done = change < tol * np.abs(J) if relative else change < tol
         prev[active] = J
         state = new
         if done.any() or t == max_iter:
@@ -111,7 +118,7 @@ def fit_batched(
             if active.size == 0:
                 break
     if warn:
-        _warn_max_iter(n_iter, max_iter, tol, stacklevel=3)
+        _warn_max_iter(n_iter, max_iter, tol, stacklevel=3, relative=relative)
     final = State(tuple(final_centers), final_weights)
     scale = None if view_scale is None else view_scale(np.maximum(n_iter, 1))
     final_stats = local_statistics(pv, final, model, view_scale=scale)

@@ -16,6 +16,7 @@ from fedstrata.errors import ValidationError
 __all__ = [
     "KERNELS",
     "KernelReference",
+    "feature_variance",
     "heat_kernel_coefficients",
     "ked_distance",
     "kernel_reference",
@@ -31,37 +32,86 @@ class KernelReference:
     """Per-feature statistics a heat-kernel coefficient is measured against.
 
     ``minimum``/``maximum`` serve Type 1, ``total``/``count`` (so the mean) Type 2.
-    A client computes its own (the paper's local FedH-KC, Eq. 37/38); merging the
-    clients' references gives the pooled one (min of mins, sum of sums), which is
-    what makes the federated fit equal the centralized one.
+    ``sq_dev`` (optional) is Σ_i (x_ij - mean_j)^2, the per-feature sum of squared
+    deviations from the reference's own mean: it gives the per-feature variance that
+    the kernel bandwidth of :class:`~fedstrata.algorithms.multiview.MultiViewModel`
+    (``bandwidth``) is measured in. A client computes its own (the paper's local
+    FedH-KC, Eq. 37/38); merging the clients' references gives the pooled one (min of
+    mins, sum of sums, and Chan et al.'s pairwise update for ``sq_dev``), which is what
+    makes the federated fit equal the centralized one. ``sq_dev`` is ``None`` in
+    references built without it (older peers); such references serve the paper's
+    kernels but not a bandwidth.
     """
 
     minimum: np.ndarray
     maximum: np.ndarray
     total: np.ndarray
     count: int
+    sq_dev: np.ndarray | None = None
 
     @property
     def mean(self) -> np.ndarray:
         """Per-feature mean."""
         return self.total / self.count
 
+    @property
+    def variance(self) -> np.ndarray:
+        """Per-feature (population) variance; needs ``sq_dev``."""
+        if self.sq_dev is None:
+            raise ValidationError(
+                "this kernel reference carries no sum of squared deviations (sq_dev): "
+                "a kernel bandwidth needs it (exchange it in the setup round)"
+            )
+        return self.sq_dev / self.count
+
 
 def kernel_reference(X: np.ndarray) -> KernelReference:
-    """Return the per-feature min, max, sum and count of one view ``X`` (n, d)."""
-    return KernelReference(X.min(axis=0), X.max(axis=0), X.sum(axis=0), X.shape[0])
+    """Per-feature min, max, sum, count and sum of squared deviations of one view ``X`` (n, d)."""
+    total = X.sum(axis=0)
+    n = X.shape[0]
+    dev = X - total / n
+    return KernelReference(X.min(axis=0), X.max(axis=0), total, n, np.einsum("ij,ij->j", dev, dev))
 
 
 def merge_kernel_references(refs: list[KernelReference]) -> KernelReference:
-    """Pool references from several clients (exact: min, max and sums compose)."""
+    """Pool references from several clients (exact: min, max and sums compose).
+
+    ``sq_dev`` merges by the pairwise update of Chan, Golub and LeVeque ("Updating
+    formulae and a pairwise algorithm for computing sample variances", 1979):
+    M2 = M2_a + M2_b + (mean_b - mean_a)^2 n_a n_b / (n_a + n_b), so the pooled
+    variance equals the centralized one up to rounding. It is ``None`` as soon as
+    one reference lacks it.
+    """
     if not refs:
         raise ValidationError("cannot merge an empty list of kernel references")
+    sq_dev: np.ndarray | None = None
+    if all(r.sq_dev is not None for r in refs):
+        n_a, total_a, m2 = refs[0].count, refs[0].total, refs[0].sq_dev
+        for r in refs[1:]:
+            n_b = r.count
+            diff = r.total / n_b - total_a / n_a
+            m2 = m2 + r.sq_dev + diff * diff * (n_a * n_b / (n_a + n_b))
+            n_a, total_a = n_a + n_b, total_a + r.total
+        sq_dev = m2
     return KernelReference(
         np.minimum.reduce([r.minimum for r in refs]),
         np.maximum.reduce([r.maximum for r in refs]),
         np.sum([r.total for r in refs], axis=0),
         sum(r.count for r in refs),
+        sq_dev,
     )
+
+
+def feature_variance(reference: KernelReference) -> np.ndarray:
+    """Per-feature variance of a reference, constant features set to 1 (never 0).
+
+    A feature counts as constant when its variance is below 1e-12 of its squared mean
+    (rounding in merged sums can leave such a feature at 1e-30 instead of 0).
+    """
+    var = np.array(reference.variance, dtype=np.float64)
+    mean = reference.mean
+    var[~(var > 1e-12 * mean * mean + 1e-300)] = 1.0
+    return var
 
 
 def heat_kernel_coefficients(

@@ -68,6 +68,7 @@ def test_hand_computed_tiny_problem():
     X = np.array([[0.0], [0.2], [10.0], [10.2]])
     est = HKMVFC(
         2,
+        preset="paper",  # the paper's unscaled kernel: the hand computation below
         kernel="none",
         center_update="exact",
         init=[np.array([[0.0], [10.0]])],

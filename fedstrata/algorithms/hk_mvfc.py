@@ -50,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
 #: Named presets: ``"paper"`` is the FedHK-MVFC paper's Algorithm 1 (the pre-0.x defaults).
 PRESETS: dict[str | None, dict[str, Any]] = {
     None: DEFAULTS,
+    "real-data": DEFAULTS,  # the defaults by name (scenario files: algorithm.preset)
     "paper": {
         "m": 2.0,
         "alpha": 5.0,

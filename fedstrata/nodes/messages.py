@@ -142,15 +142,19 @@ def read_state(body: dict[str, Any], shape: Shape) -> State:
 
 
 def references_body(refs: Sequence[KernelReference | None]) -> dict[str, Any]:
-    """Body field for per-view kernel references (min, max, sum, count); None: view not held."""
-    return {
-        "refs": [
-            None
-            if r is None
-            else {"min": r.minimum, "max": r.maximum, "sum": r.total, "count": int(r.count)}
-            for r in refs
-        ]
-    }
+    """Body field for per-view kernel references; None: view not held.
+
+    Each holds the per-feature ``min``, ``max``, ``sum``, the ``count`` and, when known,
+    ``sq_dev`` (Σ (x − mean)², which the heat-kernel bandwidth needs; merged exactly).
+    """
+
+    def item(r: KernelReference) -> dict[str, Any]:
+        out = {"min": r.minimum, "max": r.maximum, "sum": r.total, "count": int(r.count)}
+        if r.sq_dev is not None:
+            out["sq_dev"] = r.sq_dev
+        return out
+
+    return {"refs": [None if r is None else item(r) for r in refs]}
 
 
 def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference | None]:
@@ -165,12 +169,16 @@ def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference 
             continue
         if not isinstance(item, dict):
             raise WireError(f"refs[{h}] must be a map")
+        sq_dev = _array(item, "sq_dev", (d,)) if "sq_dev" in item else None
+        if sq_dev is not None and (sq_dev < 0).any():
+            raise WireError(f"refs[{h}].sq_dev must be non-negative")
         out.append(
             KernelReference(
                 _array(item, "min", (d,)),
                 _array(item, "max", (d,)),
                 _array(item, "sum", (d,)),
                 _int(item, "count", 1),
+                sq_dev=sq_dev,
             )
         )
     return out

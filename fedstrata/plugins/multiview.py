@@ -35,6 +35,7 @@ its arithmetic, and every client of a round reads the same global model:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -341,9 +342,12 @@ class MultiViewLearner(Learner):
     def setup(self) -> tuple[dict[str, Any], float]:
         """Per-view kernel references, and seeding candidates from a full-view client."""
         shape = self.algorithm.shape
+        # Σ(x − mean)² only when a bandwidth needs the pooled variances (bytes count)
+        spread = self.algorithm.model.bandwidth is not None
         refs: list[Any] = [None] * shape.n_views
         for g, X in zip(self.view_ids, self.views, strict=True):
-            refs[g] = kernel_reference(X)
+            ref = kernel_reference(X)
+            refs[g] = ref if spread else dataclasses.replace(ref, sq_dev=None)
         body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
         if len(self.view_ids) == shape.n_views:  # only full-view clients can seed all views
             candidates, sizes = local_candidates(self.views, shape.n_clusters, self.rng)
@@ -377,6 +381,7 @@ class MultiViewLearner(Learner):
                 view_ids=self.view_ids,
                 n_views=a.shape.n_views,
                 references=self._refs,
+                view_dims=a.shape.dims,
             )
         return self._prepared
 
@@ -596,7 +601,12 @@ class _MultiView(Algorithm):
     ) -> Callable[[Any], np.ndarray]:
         """Labels of ``views`` under a state, with δ measured against ``references``."""
         pv = prepare_views(
-            views, self.model, view_ids=view_ids, n_views=self.shape.n_views, references=references
+            views,
+            self.model,
+            view_ids=view_ids,
+            n_views=self.shape.n_views,
+            references=references,
+            view_dims=self.shape.dims,
         )
 
         def labels(state: Any) -> np.ndarray:

@@ -20,6 +20,7 @@ its own views with the same pooled range, so every client works in one space.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +124,7 @@ class TensorLearner(Learner):
         shape = self.algorithm.shape
         refs: list[Any] = [None] * shape.n_views
         for g, X in zip(self.view_ids, self.views, strict=True):
-            refs[g] = kernel_reference(X)
+            refs[g] = dataclasses.replace(kernel_reference(X), sq_dev=None)  # ranges only
         body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
         if len(self.view_ids) == shape.n_views:
             candidates, sizes = local_candidates(self.views, shape.n_clusters, self.rng)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_references
-from fedstrata.algorithms.multiview import MultiViewModel
+from fedstrata.algorithms.multiview import MultiViewModel, auto_fuzzifier
 from fedstrata.algorithms.schedules import mvkm_ed_model
 from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.mqtt import group_prefix
@@ -128,18 +128,17 @@ def link_of(spec: LinkSpec) -> Link:
     )
 
 
-def model_of(sc: Scenario, dims: Sequence[int] | None = None) -> Any:
+def model_of(sc: Scenario, dims: Sequence[int] | None = None, n_samples: int | None = None) -> Any:
     """The clustering model of the scenario's algorithm section.
 
     The tensor family's model depends on the views' feature counts ``dims`` (a rank
-    may not exceed them); without ``dims`` a :class:`~fedstrata.errors.ScenarioError`
+    may not exceed them), and hk-mvfc's ``m: auto`` on the federation's sample count
+    ``n_samples`` and ``dims``; without them a :class:`~fedstrata.errors.ScenarioError`
     says so.
     """
     a = sc.algorithm
     if a.name == "hk-mvfc":
-        return MultiViewModel(
-            a.n_clusters, m=a.m, alpha=a.alpha, kernel=a.kernel, center_update=a.center_update
-        )
+        return hk_model_of(a, dims, n_samples)
     if a.name == "mvfcm":
         return MultiViewModel(
             a.n_clusters,
@@ -159,6 +158,39 @@ def model_of(sc: Scenario, dims: Sequence[int] | None = None) -> Any:
             )
         return tensor_model_of(a, dims)
     raise ScenarioError(f"unknown algorithm {a.name!r}", path="algorithm.name")
+
+
+def hk_model_of(
+    a: AlgorithmSpec, dims: Sequence[int] | None, n_samples: int | None
+) -> MultiViewModel:
+    """hk-mvfc's model: the preset's settings, then the keys the scenario sets."""
+    from fedstrata.algorithms.hk_mvfc import PRESETS  # scikit-learn: only for this
+
+    preset = a.preset or "paper"
+    settings: dict[str, Any] = {k: v for k, v in PRESETS[preset].items() if k in _HK_MODEL_KEYS}
+    settings.update({k: getattr(a, k) for k in _HK_MODEL_KEYS if k in a.model_fields_set})
+    bandwidth = settings.pop("bandwidth")
+    settings["bandwidth"] = None if bandwidth in (None, "none") else float(bandwidth)
+    if settings["m"] == "auto":
+        if dims is None or n_samples is None:
+            raise ScenarioError(
+                "preset real-data without m chooses m from the federation's sample count "
+                "and view sizes; give m a number on a device",
+                path="algorithm.m",
+            )
+        settings["m"] = auto_fuzzifier(int(n_samples), list(dims), a.n_clusters)
+    return MultiViewModel(a.n_clusters, **settings)
+
+
+_HK_MODEL_KEYS = (
+    "m",
+    "alpha",
+    "kernel",
+    "center_update",
+    "bandwidth",
+    "standardize",
+    "view_balance",
+)
 
 
 def tensor_model_of(a: AlgorithmSpec, dims: Sequence[int]) -> Any:
@@ -369,7 +401,7 @@ def build_federation(
     data = prepare_data(sc)  # dataset, split and views: the same code as the pre-flight check
     ds = data.dataset
     dims = tuple(X.shape[1] for X in ds.views)
-    model = model_of(sc, dims)
+    model = model_of(sc, dims, ds.n_samples)
     shape = Shape(model.n_clusters, dims)
     pr = sc.protocol
     protocol = protocol_config(

@@ -407,8 +407,14 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     except ScenarioError as exc:
         collect(exc)
     try:
-        if data is not None or sc.algorithm.name not in TENSOR_METHODS:
-            model_of(sc, None if data is None else [X.shape[1] for X in data.dataset.views])
+        if data is not None or (
+            sc.algorithm.name not in TENSOR_METHODS and sc.algorithm.m != "auto"
+        ):
+            model_of(
+                sc,
+                None if data is None else [X.shape[1] for X in data.dataset.views],
+                None if data is None else data.dataset.n_samples,
+            )
     except ScenarioError as exc:
         collect(exc)
     except (FedstrataError, ValueError) as exc:

@@ -48,11 +48,16 @@ def reduce_candidates(
     n_clusters: int,
     rng: np.random.Generator,
     n_iter: int = 50,
+    n_restarts: int = 10,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Weighted k-means of candidate centres (per view (k, d_h), aligned rows) to <= c centres.
 
     Returns the reduced centres per view and their weights (sums of the members'). Views
     are standardized together by the weighted spread so no view dominates by its scale.
+    The best of ``n_restarts`` k-means++ seedings (lowest weighted inertia) wins: the
+    candidates are few (c per client), so restarts cost little, and one unlucky
+    seeding otherwise merges two classes for the whole run (on the UCI digits, one
+    seed in three started 0.09 ARI lower).
     """
     w = np.asarray(weights, dtype=np.float64)
     k = w.size
@@ -66,6 +71,25 @@ def reduce_candidates(
     std = np.sqrt((w[:, None] * (Z - mean) ** 2).sum(0) / total)
     std[std == 0] = 1.0
     S = (Z - mean) / std
+    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    for _ in range(max(1, n_restarts)):
+        C, labels, inertia = _weighted_kmeans(S, w, n_clusters, rng, n_iter)
+        if best is None or inertia < best[0]:
+            best = (inertia, C, labels)
+    assert best is not None
+    _, C, labels = best
+    mass = np.bincount(labels, weights=w, minlength=n_clusters)
+    keep = mass > 0
+    out = C[keep] * std + mean
+    splits = np.cumsum([a.shape[1] for a in candidates])[:-1]
+    return list(np.split(out, splits, axis=1)), mass[keep]
+
+
+def _weighted_kmeans(
+    S: np.ndarray, w: np.ndarray, n_clusters: int, rng: np.random.Generator, n_iter: int
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """One weighted k-means++ seeding and Lloyd run: centres, labels, weighted inertia."""
+    k, total = w.size, w.sum()
     idx = [int(rng.choice(k, p=w / total))]
     closest = ((S - S[idx[0]]) ** 2).sum(1)
     for _ in range(1, n_clusters):
@@ -84,8 +108,6 @@ def reduce_candidates(
         if np.allclose(new, C, rtol=0, atol=1e-12):
             break
         C = new
-    mass = np.bincount(labels, weights=w, minlength=n_clusters)
-    keep = mass > 0
-    out = C[keep] * std + mean
-    splits = np.cumsum([a.shape[1] for a in candidates])[:-1]
-    return list(np.split(out, splits, axis=1)), mass[keep]
+    d = ((S[:, None, :] - C[None]) ** 2).sum(-1)
+    labels = d.argmin(1)
+    return C, labels, float((w * d[np.arange(k), labels]).sum())

@@ -332,6 +332,5 @@ protocol: {rule: sum, rounds: 100, tol: 1.0e-6, tol_mode: relative, deadline_s: 
     root = fed.sim.results["cloud"]["state"]
     for a, b in zip(root.centers, central.centers_, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-9)
-    # the nodes' start (merged k-means candidates) is weaker than the estimator's
-    # best-of-10 k-means++: above the paper's settings, below the estimator's 0.82
-    assert summary["metrics"]["ari"] > 0.65
+    # the target of the real-data work: at least k-means on the standardized views (0.76)
+    assert summary["metrics"]["ari"] >= 0.76

@@ -380,3 +380,27 @@ def test_progress_reports_the_roots_rounds(mosquitto):
     assert rounds == sorted(rounds) and rounds[0] == 0
     assert max(rounds) <= s["rounds"] + 1  # + the setup round
     assert all(t >= 0 for _, t in seen)
+
+
+@pytest.mark.parametrize("method", ["e-fkmvc", "fedhk-tucker"])
+def test_tensor_family_over_mqtt_equals_the_simulator(mosquitto, method):
+    sc = parse_scenario(
+        FLAT.replace("name: flat-mqtt", f"name: {method}-mqtt")
+        .replace(
+            "{{name: hk-mvfc, n_clusters: 4, center_update: exact}}",
+            f"{{{{name: {method}, n_clusters: 4, local_epochs: 2}}}}",
+        )
+        .replace("tol: 1.0e-6", "tol: 1.0e-4, tol_mode: relative")
+        .format(seed=2)
+    )
+    fed_sim, s_sim, _ = simulate(sc)
+    fed, s, _ = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=60)
+    assert s["transport"] == "mqtt" and (s["status"], s["rounds"]) == (
+        s_sim["status"],
+        s_sim["rounds"],
+    )
+    assert set(fed.final_state) == set(fed_sim.final_state)
+    for key, value in fed_sim.final_state.items():
+        np.testing.assert_allclose(fed.final_state[key], value, rtol=0, atol=1e-10, err_msg=key)
+    np.testing.assert_array_equal(fed.final_labels, fed_sim.final_labels)
+    assert s["metrics"] == s_sim["metrics"]

@@ -35,7 +35,6 @@ its arithmetic, and every client of a round reads the same global model:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -45,7 +44,7 @@ import numpy as np
 
 from fedstrata.algorithms.combine import ParamUpdate, has_converged, personalize
 from fedstrata.algorithms.fit import fit_batched
-from fedstrata.algorithms.kernels import KernelReference, kernel_reference
+from fedstrata.algorithms.kernels import KernelReference
 from fedstrata.algorithms.multiview import (  # the private helpers: see lean_statistics
     MultiViewModel,
     PreparedViews,
@@ -61,7 +60,6 @@ from fedstrata.algorithms.multiview import (  # the private helpers: see lean_st
     state_from_statistics,
 )
 from fedstrata.algorithms.schedules import scheduled_scale
-from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Learner, Step
 from fedstrata.nodes.config import ProtocolConfig
@@ -69,18 +67,16 @@ from fedstrata.nodes.messages import (
     Shape,
     check_partial,
     compress_partial,
-    merge_reference_bodies,
     params_partial,
-    read_candidates,
     read_references,
     read_state,
-    references_body,
     solve_params,
     state_body,
     stats_partial,
     sum_partials,
     to_stats,
 )
+from fedstrata.plugins._setup import check_setup_body, merge_setup_bodies, setup_body
 from fedstrata.privacy.layout import Layout, SummedField
 
 __all__ = [
@@ -341,17 +337,10 @@ class MultiViewLearner(Learner):
 
     def setup(self) -> tuple[dict[str, Any], float]:
         """Per-view kernel references, and seeding candidates from a full-view client."""
-        shape = self.algorithm.shape
+        a = self.algorithm
         # Σ(x − mean)² only when a bandwidth needs the pooled variances (bytes count)
-        spread = self.algorithm.model.bandwidth is not None
-        refs: list[Any] = [None] * shape.n_views
-        for g, X in zip(self.view_ids, self.views, strict=True):
-            ref = kernel_reference(X)
-            refs[g] = ref if spread else dataclasses.replace(ref, sq_dev=None)
-        body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
-        if len(self.view_ids) == shape.n_views:  # only full-view clients can seed all views
-            candidates, sizes = local_candidates(self.views, shape.n_clusters, self.rng)
-            body["init"], body["init_w"] = candidates, sizes
+        spread = a.model.bandwidth is not None
+        body = setup_body(self.views, self.view_ids, a.shape, self.rng, spread=spread)
         return body, self._flops(10)
 
     def configure(self, extras: dict[str, Any]) -> None:
@@ -525,24 +514,13 @@ class _MultiView(Algorithm):
 
     def check_setup(self, body: dict[str, Any]) -> None:
         """References and candidates must parse."""
-        if body.get("mode") != "setup":
-            raise WireError("expected a setup reply")
-        read_references(body, self.shape)
-        read_candidates(body, self.shape)
+        check_setup_body(body, self.shape)
 
     def merge_setup(
         self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
     ) -> dict[str, Any]:
         """Pooled references and the candidates reduced to ``n_clusters`` (k-means++)."""
-        merged: dict[str, Any] = {"mode": "setup", "n": sum(int(b.get("n", 0)) for b in bodies)}
-        merged.update(merge_reference_bodies(bodies, self.shape))
-        cands = [c for c in (read_candidates(b, self.shape) for b in bodies) if c is not None]
-        if cands:
-            views = [np.vstack([c[0][h] for c in cands]) for h in range(self.shape.n_views)]
-            weights = np.concatenate([c[1] for c in cands])
-            centers, w = reduce_candidates(views, weights, self.shape.n_clusters, rng)
-            merged["init"], merged["init_w"] = centers, w
-        return merged
+        return merge_setup_bodies(bodies, self.shape, rng)
 
     def after_setup(
         self, merged: dict[str, Any], state: Any | None

@@ -20,14 +20,12 @@ its own views with the same pooled range, so every client works in one space.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedstrata.algorithms.kernels import KernelReference, kernel_reference
-from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
 from fedstrata.algorithms.tensor import (
     TensorModel,
     aggregate,
@@ -41,11 +39,9 @@ from fedstrata.nodes.algorithm import Algorithm, Learner, Step
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.messages import (
     Shape,
-    merge_reference_bodies,
-    read_candidates,
     read_references,
-    references_body,
 )
+from fedstrata.plugins._setup import check_setup_body, merge_setup_bodies, setup_body
 from fedstrata.privacy.layout import Layout, SummedField
 
 if TYPE_CHECKING:
@@ -121,14 +117,8 @@ class TensorLearner(Learner):
 
     def setup(self) -> tuple[dict[str, Any], float]:
         """Per-view ranges (min/max/sum) and, from a full-view client, k-means candidates."""
-        shape = self.algorithm.shape
-        refs: list[Any] = [None] * shape.n_views
-        for g, X in zip(self.view_ids, self.views, strict=True):
-            refs[g] = dataclasses.replace(kernel_reference(X), sq_dev=None)  # ranges only
-        body: dict[str, Any] = {"mode": "setup", "n": self.n_samples, **references_body(refs)}
-        if len(self.view_ids) == shape.n_views:
-            candidates, sizes = local_candidates(self.views, shape.n_clusters, self.rng)
-            body["init"], body["init_w"] = candidates, sizes
+        shape = self.algorithm.shape  # ranges only: the views are min-max scaled
+        body = setup_body(self.views, self.view_ids, shape, self.rng, spread=False)
         return body, self._flops(10)
 
     def configure(self, extras: dict[str, Any]) -> None:
@@ -212,24 +202,13 @@ class TensorAlgorithm(Algorithm):
 
     def check_setup(self, body: dict[str, Any]) -> None:
         """Ranges and candidates must parse."""
-        if body.get("mode") != "setup":
-            raise WireError("expected a setup reply")
-        read_references(body, self.shape)
-        read_candidates(body, self.shape)
+        check_setup_body(body, self.shape)
 
     def merge_setup(
         self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
     ) -> dict[str, Any]:
         """Pooled ranges and the candidates reduced to ``n_clusters``."""
-        merged: dict[str, Any] = {"mode": "setup", "n": sum(int(b.get("n", 0)) for b in bodies)}
-        merged.update(merge_reference_bodies(bodies, self.shape))
-        cands = [c for c in (read_candidates(b, self.shape) for b in bodies) if c is not None]
-        if cands:
-            views = [np.vstack([c[0][h] for c in cands]) for h in range(self.shape.n_views)]
-            weights = np.concatenate([c[1] for c in cands])
-            centers, w = reduce_candidates(views, weights, self.shape.n_clusters, rng)
-            merged["init"], merged["init_w"] = centers, w
-        return merged
+        return merge_setup_bodies(bodies, self.shape, rng)
 
     def after_setup(
         self, merged: dict[str, Any], state: Any | None

@@ -30,6 +30,6 @@ def test_smoke_prints_a_fitted_and_a_stated_exponent_for_every_sweep():
             assert (m, sweep) in sweeps
     for r in rows:
         if r[1] in ("n", "s", "d", "r"):
-            float(r[-2]), float(r[-1])  # the fitted and the stated exponent are numbers
+            float(r[-3]), float(r[-2]), float(r[-1])  # fitted, tail and stated exponents
     assert sum("Table 5" in line for line in res.stdout.splitlines()) == 1
     assert all(f"{m}" in res.stdout and " B" in res.stdout for m in METHODS)

@@ -85,7 +85,12 @@ def test_mqtt_run_equals_the_simulator(mosquitto):
 
 
 def test_wall_clock_timeout_is_stalled(mosquitto):
-    sc = flat()
+    # 10,000 rounds with tol 0 cannot end in 0.05 s (the 12 rounds of flat() can, on a
+    # fast machine: then the run converges before the limit and there is nothing to test)
+    sc = parse_scenario(
+        FLAT.format(seed=5).replace("rounds: 12, tol: 1.0e-6", "rounds: 10000, tol: 0.0")
+    )
+    assert sc.protocol.rounds == 10000
     _, s, _ = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=0.05)
     assert s["status"] == "stalled" and "wall-clock limit" in s["reason"]
     assert s["converged"] is False

@@ -6,7 +6,7 @@
   and answers every later round;
 * the results are those of the code before the change (commit e128cad, when every
   model message carried the references): the clients' labels bit for bit and every
-  round's objective, for two of the repository's scenarios
+  round's objective (to 1e-12), for two of the repository's scenarios
   (``data/labels_e128cad.json``, written by running them at that commit).
 """
 
@@ -102,7 +102,15 @@ def test_a_restarted_client_gets_the_retained_configuration_and_answers_again():
 
 
 @pytest.mark.parametrize("name", ["paper-flat-sum", "edge-fog-cloud"])
-def test_results_equal_those_of_commit_e128cad(name):
+def test_results_equal_those_of_commit_e128cad(name, monkeypatch):
+    # e128cad reduced the clients' seeding candidates with one k-means++ seeding; the
+    # best of 10 came later and changes the start on purpose: hold it at one here
+    import functools
+
+    import fedstrata.plugins._setup as setup
+
+    one = functools.partial(setup.reduce_candidates, n_restarts=1)
+    monkeypatch.setattr(setup, "reduce_candidates", one)
     want = json.loads(REFERENCE.read_text())[name]
     fed, summary, rows = simulate(load_scenario(ROOT / "scenarios" / f"{name}.yaml"))
     labels = np.full(fed.dataset.n_samples, -1, dtype=np.int64)
@@ -112,6 +120,12 @@ def test_results_equal_those_of_commit_e128cad(name):
     assert hashlib.sha256(labels.tobytes()).hexdigest() == want["client_labels_sha256"]
     final = np.asarray(fed.final_labels, dtype=np.int64)
     assert hashlib.sha256(final.tobytes()).hexdigest() == want["final_labels_sha256"]
-    got = [None if r.get("objective") in (None, "") else float(r["objective"]).hex() for r in rows]
-    assert got == want["objectives"]
+    got = [None if r.get("objective") in (None, "") else float(r["objective"]) for r in rows]
+    ref = [None if h is None else float.fromhex(h) for h in want["objectives"]]
+    assert [g is None for g in got] == [r is None for r in ref]
+    # to 1e-12, not bit for bit: the BLAS build (numpy 2.4's wheels here) sums in another
+    # order than the one the reference was written with, a few ulps apart
+    np.testing.assert_allclose(
+        [g for g in got if g is not None], [r for r in ref if r is not None], rtol=1e-12
+    )
     assert (summary["status"], summary["rounds"]) == (want["status"], want["rounds"])

@@ -10,7 +10,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
-from fedstrata.algorithms._validation import Constraint, check_params, check_views
+from fedstrata.algorithms._validation import Constraint, check_new_views, check_params, check_views
 from fedstrata.algorithms.fit import (
     FitResult,
     _restart_workers,
@@ -163,16 +163,7 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
         return local_statistics(pv, state, model).memberships  # type: ignore[return-value]
 
     def _prepare_new(self, views: Any) -> PreparedViews:
-        if not hasattr(self, "state_"):
-            from sklearn.exceptions import NotFittedError
-
-            raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
-        data = check_views(views)
-        if [X.shape[1] for X in data] != self.n_features_in_:
-            raise ValidationError(
-                f"expected views with {self.n_features_in_} features, got "
-                f"{[X.shape[1] for X in data]}"
-            )
+        data = check_new_views(self, views, "state_")
         refs: list[KernelReference] = self.kernel_references_
         return prepare_views(data, self._fitted_model(), references=refs)
 

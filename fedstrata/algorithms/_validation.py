@@ -13,6 +13,7 @@ from fedstrata.errors import ValidationError
 __all__ = [
     "FIT_CONSTRAINTS",
     "FUZZY_CONSTRAINTS",
+    "check_new_views",
     "check_params",
     "check_views",
     "interval",
@@ -128,3 +129,22 @@ FUZZY_CONSTRAINTS: dict[str, Constraint] = {
     **FIT_CONSTRAINTS,
     "m": interval(float, 1.0, None, closed="neither"),
 }
+
+
+def check_new_views(estimator: Any, views: Any, fitted: str) -> list[np.ndarray]:
+    """Validated views to predict on, for a fitted estimator.
+
+    Raises NotFittedError when ``estimator`` has no ``fitted`` attribute yet, and
+    ValidationError when the views' feature counts differ from ``n_features_in_``.
+    """
+    if not hasattr(estimator, fitted):
+        from sklearn.exceptions import NotFittedError
+
+        raise NotFittedError(f"{type(estimator).__name__} is not fitted yet; call fit first")
+    data = check_views(views)
+    if [X.shape[1] for X in data] != estimator.n_features_in_:
+        raise ValidationError(
+            f"expected views with {estimator.n_features_in_} features, got "
+            f"{[X.shape[1] for X in data]}"
+        )
+    return data

@@ -42,6 +42,16 @@ def _fked(data: Sequence[ViewData], centers: Sequence[np.ndarray]) -> tuple[list
     return phis, [-np.expm1(-p) for p in phis]
 
 
+def _view_step(
+    data: Sequence[ViewData], Um: np.ndarray, centers: Sequence[np.ndarray], alpha: float
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Distortions D_h under the new centres, the view weights (Eq. 31) and J (Eq. 25)."""
+    _, F = _fked(data, centers)
+    D = distortions(Um, F)
+    v = view_weights(D, alpha)
+    return D, v, objective(D, v, alpha)
+
+
 def _normalized(v: np.ndarray) -> np.ndarray:
     v = np.maximum(v, _V_MIN)
     return v / v.sum()
@@ -194,10 +204,7 @@ class TensorClient:
                 center_update(d, W, a, m.center_update)
                 for d, W, a in zip(self._data, Ws, A, strict=True)
             ]
-            _, F = _fked(self._data, A)
-            D = distortions(Um, F)
-            v = view_weights(D, m.alpha)
-            J = objective(D, v, m.alpha)
+            D, v, J = _view_step(self._data, Um, A, m.alpha)
             if np.isfinite(J_old) and abs(J - J_old) <= m.local_tol * abs(J_old):
                 break
             J_old = J
@@ -251,10 +258,7 @@ class TensorClient:
             )  # fmt: skip
             f = align(kind, f, gf)
             A = reconstruct(kind, f, dims, ids)
-            _, F = _fked(self._data, A)
-            D = distortions(Um, F)
-            v = view_weights(D, m.alpha)
-            J = objective(D, v, m.alpha)
+            D, v, J = _view_step(self._data, Um, A, m.alpha)
             if np.isfinite(J_old) and abs(J - J_old) <= m.local_tol * abs(J_old):
                 break
             J_old = J

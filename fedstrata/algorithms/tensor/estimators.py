@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from fedstrata.algorithms._validation import Constraint, check_params, check_views, interval, one_of
+from fedstrata.algorithms._validation import (
+    Constraint,
+    check_new_views,
+    check_params,
+    check_views,
+    interval,
+    one_of,
+)
 from fedstrata.algorithms.tensor._common import minmax_scale_views
 from fedstrata.algorithms.tensor.client import TensorClient
 from fedstrata.algorithms.tensor.decompositions import DECOMPOSITIONS, FACTOR_KEYS, reconstruct
@@ -130,16 +137,7 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
         The new views are scaled with the training range and their heat-kernel
         coefficients measured against it.
         """
-        if not hasattr(self, "factors_"):
-            from sklearn.exceptions import NotFittedError
-
-            raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
-        data = check_views(views)
-        if [X.shape[1] for X in data] != self.n_features_in_:
-            raise ValidationError(
-                f"expected views with {self.n_features_in_} features, got "
-                f"{[X.shape[1] for X in data]}"
-            )
+        data = check_new_views(self, views, "factors_")
         lo, hi = self._ranges
         if lo is not None and hi is not None:
             data = minmax_scale_views(data, lo, hi)

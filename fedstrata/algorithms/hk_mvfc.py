@@ -32,36 +32,10 @@ from fedstrata.algorithms.multiview import (
     MultiViewModel,
     auto_fuzzifier,
 )
+from fedstrata.algorithms.presets import DEFAULTS, PRESETS
 from fedstrata.errors import ValidationError
 
 __all__ = ["DEFAULTS", "HKMVFC", "PRESETS", "auto_fuzzifier"]
-
-#: Settings of ``preset=None`` (the default) for every parameter left at ``None``.
-DEFAULTS: dict[str, Any] = {
-    "m": "auto",
-    "alpha": 50.0,
-    "kernel": "none",
-    "center_update": "exact",
-    "bandwidth": 8.0,
-    "relative_tol": True,
-    "n_init": 1,
-    "init": "kmeans-best",
-}
-#: Named presets: ``"paper"`` is the FedHK-MVFC paper's Algorithm 1 (the pre-0.x defaults).
-PRESETS: dict[str | None, dict[str, Any]] = {
-    None: DEFAULTS,
-    "real-data": DEFAULTS,  # the defaults by name (scenario files: algorithm.preset)
-    "paper": {
-        "m": 2.0,
-        "alpha": 5.0,
-        "kernel": "type1",
-        "center_update": "paper",
-        "bandwidth": "none",
-        "relative_tol": False,
-        "n_init": 10,
-        "init": "kmeans",
-    },
-}
 
 
 def _bandwidth_ok(value: Any) -> str | None:

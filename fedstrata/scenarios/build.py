@@ -13,6 +13,7 @@ import numpy as np
 
 from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_references
 from fedstrata.algorithms.multiview import MultiViewModel, auto_fuzzifier
+from fedstrata.algorithms.presets import PRESETS
 from fedstrata.algorithms.schedules import mvkm_ed_model
 from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.mqtt import group_prefix
@@ -132,9 +133,9 @@ def model_of(sc: Scenario, dims: Sequence[int] | None = None, n_samples: int | N
     """The clustering model of the scenario's algorithm section.
 
     The tensor family's model depends on the views' feature counts ``dims`` (a rank
-    may not exceed them), and hk-mvfc's ``m: auto`` on the federation's sample count
-    ``n_samples`` and ``dims``; without them a :class:`~fedstrata.errors.ScenarioError`
-    says so.
+    may not exceed them), and hk-mvfc's ``preset: real-data`` without ``m`` on the
+    federation's sample count ``n_samples`` and ``dims`` (m = "auto"); without them a
+    :class:`~fedstrata.errors.ScenarioError` says so.
     """
     a = sc.algorithm
     if a.name == "hk-mvfc":
@@ -164,8 +165,6 @@ def hk_model_of(
     a: AlgorithmSpec, dims: Sequence[int] | None, n_samples: int | None
 ) -> MultiViewModel:
     """hk-mvfc's model: the preset's settings, then the keys the scenario sets."""
-    from fedstrata.algorithms.hk_mvfc import PRESETS  # scikit-learn: only for this
-
     preset = a.preset or "paper"
     settings: dict[str, Any] = {k: v for k, v in PRESETS[preset].items() if k in _HK_MODEL_KEYS}
     settings.update({k: getattr(a, k) for k in _HK_MODEL_KEYS if k in a.model_fields_set})

@@ -18,6 +18,7 @@ Numbers such as ``1e-6`` are floats (YAML 1.2), not strings.
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from pathlib import Path
@@ -29,7 +30,8 @@ from pydantic import ValidationError as PydanticValidationError
 
 from fedstrata.errors import ScenarioError
 from fedstrata.scenarios.preflight import preflight as run_preflight
-from fedstrata.scenarios.schema import Scenario, ScenarioErrors, clip, describe_error
+from fedstrata.scenarios.schema import Scenario, ScenarioErrors, clip, describe_error, show
+from fedstrata.scenarios.study import _merge
 
 __all__ = [
     "MAX_DEPTH",
@@ -40,6 +42,7 @@ __all__ = [
     "ScenarioErrors",
     "load_scenario",
     "parse_scenario",
+    "scenario_json_schema",
 ]
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -132,45 +135,65 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123
 _Index = dict[int, dict[str, tuple[yaml.Node, int]]]
 
 
-def _line_of(
+def _mark_of(
     root: yaml.Node | None, path: tuple[Any, ...], index: _Index | None = None
-) -> int | None:
-    """1-based line of the deepest node on ``path`` (the parent when a key is missing).
+) -> yaml.Mark | None:
+    """Start mark of the deepest node (or key) on ``path`` (the parent when a key is missing).
 
     A repeated key resolves to its last occurrence, the one YAML keeps. ``index``
-    caches each mapping's keys across calls (many errors in one big mapping).
+    caches each mapping's keys across calls (many errors in one big mapping). The
+    mark's ``name`` is the file the node was read from (a base file, after ``extends``).
     """
     index = {} if index is None else index
-    node, line = root, None if root is None else root.start_mark.line + 1
+    node, mark = root, None if root is None else root.start_mark
     for part in path:
         if isinstance(node, yaml.MappingNode):
             keys = index.get(id(node))
             if keys is None:
                 keys = {
-                    key.value: (value, key.start_mark.line + 1)
+                    key.value: (value, key.start_mark)
                     for key, value in node.value
                     if isinstance(key, yaml.ScalarNode)
                 }
                 index[id(node)] = keys
             hit = keys.get(str(part))
             if hit is None:
-                return line
-            node, line = hit
+                return mark
+            node, mark = hit
         elif (
             isinstance(node, yaml.SequenceNode)
             and isinstance(part, int)
             and 0 <= part < len(node.value)
         ):
             node = node.value[part]
-            line = node.start_mark.line + 1
+            mark = node.start_mark
         else:
-            return line
-    return line
+            return mark
+    return mark
+
+
+def _line_of(
+    root: yaml.Node | None, path: tuple[Any, ...], index: _Index | None = None
+) -> int | None:
+    """1-based line of the deepest node on ``path`` (see :func:`_mark_of`)."""
+    mark = _mark_of(root, path, index)
+    return None if mark is None else mark.line + 1
+
+
+def _where(
+    root: yaml.Node | None, path: tuple[Any, ...], file: str, index: _Index | None = None
+) -> tuple[str, int | None]:
+    """File and 1-based line of ``path``: the base file's when the value came from it."""
+    mark = _mark_of(root, path, index)
+    if mark is None:
+        return file, None
+    return (mark.name or file), mark.line + 1
 
 
 def _located(reason: str, path: str, root: yaml.Node | None, file: str) -> ScenarioError:
     loc = tuple(int(p) if p.isdigit() else p for p in path.split(".")) if path else ()
-    return ScenarioError(reason, file=file, line=_line_of(root, loc), path=path)
+    where, line = _where(root, loc, file)
+    return ScenarioError(reason, file=where, line=line, path=path)
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -227,8 +250,8 @@ def _pydantic_errors(
         elif err["loc"] and err["loc"][-1] == "[key]":
             reason = f"bad key: {reason}"
         path = ".".join(clip(str(p)) for p in loc)
-        line = _line_of(root, loc, index)
-        errors.append(ScenarioError(reason, file=file, line=line, path=path))
+        where, line = _where(root, loc, file, index)
+        errors.append(ScenarioError(reason, file=where, line=line, path=path))
     return errors
 
 
@@ -249,7 +272,8 @@ def _finish(errors: list[ScenarioError], *, cap: bool = True) -> ScenarioErrors:
         else e
         for e in errors
     ]
-    for e in sorted(clean, key=lambda e: e.line or 0):
+    files = list(dict.fromkeys(e.file for e in clean))  # base files (extends) after
+    for e in sorted(clean, key=lambda e: (files.index(e.file), e.line or 0)):
         key = (e.line, e.path, e.reason)
         if key not in seen:
             seen.add(key)
@@ -381,6 +405,7 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None, list[Scenario
     """Parse YAML text into data and its node tree, with the scan's problems."""
     _check_text(text, file)
     loader = _Loader(text)
+    loader.name = file  # marks carry the file: errors in a base file point there
     try:
         try:
             root = loader.get_single_node()
@@ -418,8 +443,109 @@ def _compose(text: str, file: str) -> tuple[Any, yaml.Node | None, list[Scenario
     return data, root, problems
 
 
-def _parse(text: str, file: str, base_dir: str | Path | None) -> tuple[Scenario, yaml.Node | None]:
+# ------------------------------------------------------------------------------ extends
+
+
+MAX_EXTENDS = 16
+"""Longest chain of ``extends`` (a file extending a file extending ...)."""
+
+
+def _merge_nodes(base: yaml.Node, over: yaml.Node) -> yaml.Node:
+    """The node tree of ``_merge(base data, over data)``: each node keeps its file's mark."""
+    if not (isinstance(base, yaml.MappingNode) and isinstance(over, yaml.MappingNode)):
+        return over
+    pairs = list(base.value)
+    at = {k.value: i for i, (k, _) in enumerate(pairs) if isinstance(k, yaml.ScalarNode)}
+    for key, value in over.value:
+        i = at.get(key.value) if isinstance(key, yaml.ScalarNode) else None
+        if i is None:
+            pairs.append((key, value))
+        else:
+            pairs[i] = (key, _merge_nodes(pairs[i][1], value))
+    return yaml.MappingNode(over.tag, pairs, over.start_mark, over.end_mark, over.flow_style)
+
+
+def _extends_error(reason: str, root: yaml.Node, file: str) -> ScenarioErrors:
+    return ScenarioErrors([_located(reason, "extends", root, file)])
+
+
+def _compose_extending(
+    text: str, file: str, folder: Path | None, chain: tuple[Path, ...] = ()
+) -> tuple[Any, yaml.Node | None, list[ScenarioError], list[str]]:
+    """:func:`_compose` with ``extends:`` resolved: the base files merged under this one.
+
+    ``folder`` is where a relative ``extends`` path is read from (None: the current
+    directory); ``chain`` the resolved files being loaded, to detect cycles. Returns
+    the merged data (without ``extends``), its node tree (each node marked with the file
+    it came from), the scan's problems of every file, and the files, this one first.
+    """
     data, root, problems = _compose(text, file)
+    if not isinstance(data, dict) or "extends" not in data or root is None:
+        return data, root, problems, [file]
+    ext = data.pop("extends")
+    if not isinstance(ext, str) or not ext.strip() or "\x00" in ext:
+        raise _extends_error(
+            f"must be the name of a scenario file (relative to this one), got {show(ext)}",
+            root,
+            file,
+        )
+    target = Path(ext)
+    if not target.is_absolute() and folder is not None:
+        target = folder / target
+    shown = ext if Path(ext).is_absolute() else os.path.join(os.path.dirname(file), ext)
+    try:
+        exists = target.exists()
+        resolved = target.resolve()
+    except (OSError, RuntimeError):
+        exists, resolved = False, target
+    if not exists:
+        raise _extends_error(f"no such file {clip(repr(ext))}", root, file)
+    if resolved in chain:
+        names = [*(p.name for p in chain[chain.index(resolved) :]), resolved.name]
+        raise _extends_error(
+            f"files extend each other in a cycle: {clip(' -> '.join(names), 200)}", root, file
+        )
+    if len(chain) >= MAX_EXTENDS:
+        raise _extends_error(f"more than {MAX_EXTENDS} files extend each other", root, file)
+    base_text = _read(target, shown)
+    base_data, base_root, base_problems, files = _compose_extending(
+        base_text, shown, resolved.parent, (*chain, resolved)
+    )
+    if base_data is None or base_root is None:
+        raise ScenarioErrors(
+            [*problems, *base_problems, ScenarioError("empty scenario", file=shown, line=1)]
+        )
+    if not isinstance(base_data, dict):
+        line = base_root.start_mark.line + 1
+        raise ScenarioErrors(
+            [ScenarioError("a scenario must be a mapping of sections", file=shown, line=line)]
+        )
+    own = yaml.MappingNode(
+        root.tag,
+        [
+            (k, v)
+            for k, v in root.value
+            if not (isinstance(k, yaml.ScalarNode) and k.value == "extends")
+        ],
+        root.start_mark,
+        root.end_mark,
+    )
+    merged = _merge_nodes(base_root, own)
+    return _merge(base_data, data), merged, [*problems, *base_problems], [file, *files]
+
+
+def _by_file(errors: list[ScenarioError], files: list[str]) -> list[ScenarioError]:
+    """``errors`` of the extending file first, then of its bases, in ``files`` order."""
+    rank = {f: i for i, f in enumerate(files)}
+    return sorted(errors, key=lambda e: rank.get(e.file or "", len(files)))
+
+
+def _parse(text: str, file: str, base_dir: str | Path | None) -> tuple[Scenario, yaml.Node | None]:
+    folder = None if base_dir is None else Path(base_dir)
+    start = (
+        () if folder is None or file.startswith("<") else ((folder / Path(file).name).resolve(),)
+    )
+    data, root, problems, files = _compose_extending(text, file, folder, start)
     if data is None:
         raise ScenarioErrors([*problems, ScenarioError("empty scenario", file=file, line=1)])
     if not isinstance(data, dict):
@@ -434,9 +560,9 @@ def _parse(text: str, file: str, base_dir: str | Path | None) -> tuple[Scenario,
     try:
         sc = Scenario.model_validate(data, context=context)
     except PydanticValidationError as exc:
-        raise _finish([*problems, *_pydantic_errors(exc, root, file)]) from None
+        raise _finish(_by_file([*problems, *_pydantic_errors(exc, root, file)], files)) from None
     if problems:
-        raise _finish(problems)
+        raise _finish(_by_file(problems, files))
     return sc, root
 
 
@@ -567,3 +693,50 @@ def load_scenario(path: str | Path, *, preflight: bool = True, seed: int | None 
         raise _finish(exc.errors, cap=False) from None
     except Exception as exc:  # a bug, but never a traceback for the user
         raise ScenarioErrors([_unexpected(exc, file)]) from None
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a scenario file, for completion and checks in editors.
+
+    It is :meth:`Scenario.model_json_schema` (validation mode: values with units such
+    as ``40ms`` are offered next to plain numbers) plus the loader's ``extends`` key.
+    ``fedstrata schema --out scenario.schema.json`` writes it; VS Code's YAML extension
+    uses it for a file that starts with
+    ``# yaml-language-server: $schema=scenario.schema.json``.
+
+    Returns
+    -------
+    dict
+        A JSON-serialisable JSON Schema (draft 2020-12).
+
+    """
+    out = Scenario.model_json_schema()
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out.setdefault("title", "fedstrata scenario")
+    link = out.get("$defs", {}).get("LinkSpec", {}).get("properties", {})
+    seconds = out.get("$defs", {}).get("LatencySpec", {}).get("properties", {}).get("value")
+    for key in ("latency", "jitter"):  # a number of seconds or "40ms" is a constant latency
+        if key in link and seconds is not None:
+            options = [o for o in seconds.get("anyOf", []) if o.get("type") != "null"]
+            ref = {"$ref": "#/$defs/LatencySpec"}
+            link[key] = {
+                **{k: v for k, v in link[key].items() if k not in ("$ref", "anyOf")},
+                "anyOf": [*options, ref, *([{"type": "null"}] if key == "jitter" else [])],
+            }
+    privacy = out.get("$defs", {}).get("PrivacySpec", {}).get("properties", {})
+    secure = privacy.get("secure_aggregation")
+    if secure is not None and "enum" in secure:  # true/false/null: secagg/none/none
+        rest = {k: v for k, v in secure.items() if k not in ("enum", "type")}
+        choices = {"type": "string", "enum": secure["enum"]}
+        privacy["secure_aggregation"] = {
+            **rest,
+            "anyOf": [choices, {"type": "boolean"}, {"type": "null"}],
+        }
+    props = out.setdefault("properties", {})
+    props["extends"] = {
+        "type": "string",
+        "title": "Extends",
+        "description": "A scenario file (path relative to this one) whose keys this file "
+        "overrides: mappings merge recursively, lists and values replace.",
+    }
+    return out

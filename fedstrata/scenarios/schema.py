@@ -13,6 +13,11 @@ accepted where a float is expected, and no number may be infinite or NaN (``.inf
 does not use (``mean`` for a constant latency, ``alpha`` for an IID split, ...) is an
 error, as are features that are not implemented yet.
 
+Units: the :data:`Seconds`, :data:`PositiveSeconds`, :data:`Mbps` and
+:data:`Probability` types also take a string with a unit (``40ms``, ``1.5min``,
+``5Mbps``, ``100kbps``, ``10%``), converted by :mod:`fedstrata.scenarios.units` before
+the strict check; a quoted plain number (``"0.1"``) is still refused.
+
 Bounds
 ------
 Every bound is stated once, in the field descriptions below; in short:
@@ -69,10 +74,12 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -80,6 +87,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from fedstrata.errors import ScenarioError
 from fedstrata.scenarios.datasets import DATASETS
+from fedstrata.scenarios.units import to_fraction, to_mbps, to_seconds
 
 __all__ = [
     "DATASET_PARAM_BOUNDS",
@@ -154,9 +162,40 @@ DATASET_PARAM_BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
 _ID = re.compile(ID_PATTERN)
 _CLIP = 80
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS)]
-PositiveSeconds = Annotated[float, Field(gt=0.0, le=MAX_SECONDS)]
+# Units (see fedstrata.scenarios.units): each type also takes a string with a unit,
+# converted before the strict number check; the JSON schema offers both spellings.
+_NUM_RE = r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?"
+
+
+def _unit_schema(number: dict[str, Any], units: str, example: str) -> WithJsonSchema:
+    text = {"type": "string", "pattern": rf"^\s*{_NUM_RE}\s*({units})\s*$", "examples": [example]}
+    return WithJsonSchema({"anyOf": [{"type": "number", **number}, text]})
+
+
+_DURATION_UNITS = "ns|us|µs|ms|s|sec|min|h"
+_SECONDS_SCHEMA = _unit_schema({"minimum": 0, "maximum": MAX_SECONDS}, _DURATION_UNITS, "40ms")
+Probability = Annotated[
+    float,
+    BeforeValidator(to_fraction),
+    Field(ge=0.0, le=1.0),
+    _unit_schema({"minimum": 0, "maximum": 1}, "%", "10%"),
+]
+Seconds = Annotated[
+    float, BeforeValidator(to_seconds), Field(ge=0.0, le=MAX_SECONDS), _SECONDS_SCHEMA
+]
+PositiveSeconds = Annotated[
+    float,
+    BeforeValidator(to_seconds),
+    Field(gt=0.0, le=MAX_SECONDS),
+    _unit_schema({"exclusiveMinimum": 0, "maximum": MAX_SECONDS}, _DURATION_UNITS, "2s"),
+]
+Mbps = Annotated[
+    float,
+    BeforeValidator(to_mbps),
+    Field(ge=1e-9, le=1e9),
+    _unit_schema({"minimum": 1e-9, "maximum": 1e9}, "[bB][pP][sS]|[kKmMgG][bB][pP][sS]", "5Mbps"),
+]
+"""Mbit/s in ``[1e-9, 1e9]``; also ``5Mbps``, ``100kbps``, ``1Gbps``."""
 Speed = Annotated[float, Field(gt=0.0, le=1e6, description="GFLOP/s, (0, 1e6]")]
 Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT, description="0 <= seed < 2**32")]
 
@@ -432,7 +471,7 @@ class LinkSpec(_Strict):
 
     latency: LatencySpec = LatencySpec(value=0.0)
     jitter: LatencySpec | None = None
-    bandwidth_mbps: Annotated[float, Field(ge=1e-9, le=1e9)] | None = Field(
+    bandwidth_mbps: Mbps | None = Field(
         None, description="Mbit/s, 1e-9 .. 1e9; unlimited when absent"
     )
     loss: Probability = 0.0
@@ -440,18 +479,19 @@ class LinkSpec(_Strict):
     @field_validator("latency", "jitter", mode="before")
     @classmethod
     def _number_is_constant(cls, value: Any) -> Any:
+        raw, value = value, to_seconds(value)  # "40ms" is the constant 0.04 s
         if isinstance(value, bool):
             raise ValueError(
                 f"must be a number of seconds or a mapping like {{dist: lognormal, median: 0.05, "
-                f"sigma: 0.5}}, got {show(value)}"
+                f"sigma: 0.5}}, got {show(raw)}"
             )
         if isinstance(value, int | float):
             if not math.isfinite(value):
-                raise ValueError(f"must be a finite number of seconds, got {show(value)}")
+                raise ValueError(f"must be a finite number of seconds, got {show(raw)}")
             if value < 0:
-                raise ValueError(f"latency must be >= 0 seconds, got {show(value)}")
+                raise ValueError(f"latency must be >= 0 seconds, got {show(raw)}")
             if value > MAX_SECONDS:
-                raise ValueError(f"must be <= 1e9 seconds, got {show(value)}")
+                raise ValueError(f"must be <= 1e9 seconds, got {show(raw)}")
             return {"dist": "constant", "value": value}
         return value
 

@@ -526,14 +526,16 @@ def _finite(obj: Any) -> Any:
 
 def plot_comparison(
     cmp: Mapping[str, Any], path: str | Path, *, metric: str = "ari", title: str = ""
-) -> None:
+) -> Any:
     """Draw ``metric`` against time and against cumulative bytes, a line per run.
 
     ``cmp`` is a :func:`compare_many` result; the root rows of each run's
     ``rounds.csv`` are read again. Runs on a wall clock (``--transport mqtt``) are
     dashed. With ``metric="ari"`` a horizontal line marks ``cmp["target_ari"]``. The
     time axis is logarithmic when the plotted times span more than 100×.
-    The PNG is written atomically.
+    Each run has its own marker (runs that coincide stay visible) and no axis uses
+    offset notation. The PNG is written atomically; the
+    :class:`matplotlib.figure.Figure` is returned.
 
     Raises
     ------
@@ -547,27 +549,28 @@ def plot_comparison(
     """
     if metric not in METRICS:
         raise ValidationError(f"metric {metric!r} is not one of {', '.join(METRICS)}")
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fedstrata.analysis.records import atomic_write
+    from fedstrata.analysis.records import _no_offset, atomic_write
 
     series = []
     for run in cmp["runs"]:
         root, _ = read_root_rows(run["path"])
         series.append((run, [r for r in root if r[metric] is not None]))
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig = Figure(figsize=(12, 4.2))
+    ax_t, ax_b = fig.subplots(1, 2)
     label = metric if metric == "objective" else metric.upper()
-    for run, pts in series:
+    markers = ("o", "s", "^", "D", "v", "x", "P", "*")
+    for i, (run, pts) in enumerate(series):
         style = "--" if run["clock"] == "wall" else "-"
         legend = f"{run['name']} ({run['clock']})"
         t = [math.nan if r["time_s"] is None else r["time_s"] for r in pts]
         b = [math.nan if r["bytes"] is None else r["bytes"] for r in pts]
         y = [r[metric] for r in pts]
-        (line,) = ax_t.plot(t, y, ls=style, marker=".", label=legend)
-        ax_b.plot(b, y, ls=style, marker=".", color=line.get_color(), label=legend)
+        # runs that coincide stay visible: each its own marker, later ones drawn smaller
+        mk = {"marker": markers[i % len(markers)], "ms": max(3.0, 7.0 - i), "mfc": "none"}
+        (line,) = ax_t.plot(t, y, ls=style, label=legend, **mk)
+        ax_b.plot(b, y, ls=style, color=line.get_color(), label=legend, **mk)
     if metric == "ari":
         target = cmp["target_ari"]
         ax_t.axhline(target, color="grey", lw=0.8, ls=":")
@@ -583,13 +586,16 @@ def plot_comparison(
         title=f"{label} vs time",
     )
     ax_b.set(xlabel="bytes on the wire (cumulative)", ylabel=label, title=f"{label} vs bytes")
-    ax_b.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4), useOffset=False)
+    for axis in (ax_t.yaxis, ax_b.yaxis, ax_b.xaxis):
+        _no_offset(axis)
+    if not log_time:
+        _no_offset(ax_t.xaxis)
+    for ax in (ax_t, ax_b):
+        ax.grid(alpha=0.3)
     ax_b.legend(fontsize="small")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    try:
-        with atomic_write(path, "wb") as fh:
-            fig.savefig(fh, dpi=110, format="png")
-    finally:
-        plt.close(fig)
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, dpi=110, format="png")
+    return fig

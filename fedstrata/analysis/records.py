@@ -98,6 +98,13 @@ RECORD_FILES = (
     "rounds.png",
     "events.jsonl",
     "crash.log",
+    # what `fedstrata report` adds (fedstrata.analysis.report.IMAGES)
+    "report.html",
+    "report.md",
+    "report-topology.png",
+    "report-progress.png",
+    "report-bytes.png",
+    "report-timeline.png",
 )
 
 
@@ -269,22 +276,45 @@ def prepare_run_dir(
     return folder
 
 
+def _no_offset(axis: Any) -> None:
+    """Plain tick labels on ``axis``: no ``+8.841e1`` offset, no ``1e6`` multiplier."""
+    from matplotlib.ticker import ScalarFormatter
+
+    fmt = ScalarFormatter(useOffset=False)
+    fmt.set_scientific(False)
+    axis.set_major_formatter(fmt)
+
+
+def _fit_limits(ax: Any, values: Sequence[float], *, floor: float = 0.02) -> None:
+    """Fit the y-axis to ``values`` (NaN ignored) with a margin of at least ``floor``."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return
+    lo, hi = min(finite), max(finite)
+    pad = max((hi - lo) * 0.1, floor / 2)
+    top = hi + pad if hi > 1.0 else min(hi + pad, 1.0 + pad / 4)  # scores end at 1
+    ax.set_ylim(lo - pad, top)
+
+
 def plot_rounds(
     rows: Sequence[Mapping[str, Any]],
     path: str | Path,
     *,
     title: str = "",
     final: tuple[float, int] | None = None,
-) -> None:
+) -> Any:
     """Plot objective, ARI/NMI and cumulative bytes per root round into one PNG.
 
-    ``final`` is ``(virtual_time_s, bytes_total)`` at the end of the run, so the
-    traffic panel ends at the summary's total (the final broadcast included).
-    """
-    import matplotlib
+    ``final`` is ``(virtual_time_s, bytes_total)`` of ``summary.json`` at the end
+    of the run: the traffic panel's last point is that total (the final broadcast
+    included). ``title`` (the caller passes ``"NAME: status"``) heads the figure.
+    No axis uses offset notation; ARI and NMI differ in marker and line style, and
+    the quality panel's y-axis fits the data (so 0.997 and 0.996 stay apart).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns the :class:`matplotlib.figure.Figure` (not attached to pyplot) after
+    writing it atomically to ``path``, for callers and tests that inspect it.
+    """
+    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     root = [
@@ -292,32 +322,58 @@ def plot_rounds(
         for r in rows
         if r.get("tier") == "cloud" and r.get("phase") == "iter" and r.get("objective") is not None
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig = Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 3)
     it = [r["iteration"] for r in root]
-    axes[0].plot(it, [r["objective"] for r in root], marker=".")
-    axes[0].set(xlabel="round", ylabel="objective J", title="objective")
-    axes[0].ticklabel_format(axis="y", useOffset=False)
-    quality = ((axes[1], "ari", "ARI", "o", "-"), (axes[1], "nmi", "NMI", "x", "--"))
-    for ax, key, label, marker, style in quality:
-        ys = [r.get(key) for r in root]
-        ax.plot(
+    axes[0].plot(it, [r["objective"] for r in root], marker="o", ms=4, color="tab:blue")
+    axes[0].set(xlabel="round", ylabel="objective J", title="objective J per round")
+    quality = (("ari", "ARI", "o", "-", "tab:orange"), ("nmi", "NMI", "s", "--", "tab:green"))
+    shown: list[float] = []
+    for key, label, marker, style, color in quality:
+        ys = [math.nan if r.get(key) is None else float(r[key]) for r in root]
+        shown += ys
+        axes[1].plot(
             it,
-            [math.nan if y is None else y for y in ys],
+            ys,
             marker=marker,
             ls=style,
-            ms=5,
+            ms=6 if marker == "o" else 4,
+            mfc="none" if marker == "o" else color,
+            color=color,
             label=label,
-            alpha=0.85,
+            gid=f"quality-{key}",
         )
-    axes[1].set(xlabel="round", ylim=(-0.05, 1.05), title="clustering quality")
-    axes[1].legend()
-    t = [r["virtual_time_s"] for r in root]
-    b = [r["bytes"] for r in root]
-    if final is not None:
-        t, b = [*t, final[0]], [*b, final[1]]
-    axes[2].plot(t, b, marker=".")
-    axes[2].set(xlabel="virtual time (s)", ylabel="bytes on the wire (cumulative)", title="traffic")
-    axes[2].ticklabel_format(axis="y", useOffset=False)
+    axes[1].set(xlabel="round", ylabel="score (1 = the true classes)", title="clustering quality")
+    _fit_limits(axes[1], shown)
+    if root:
+        axes[1].legend(loc="best")
+    # cumulative traffic: the root's rows (setup included), then the run's end
+    traffic = [
+        r
+        for r in rows
+        if r.get("tier") == "cloud"
+        and r.get("bytes") is not None
+        and r.get("virtual_time_s") is not None
+    ]
+    t = [float(r["virtual_time_s"]) for r in traffic]
+    b = [float(r["bytes"]) for r in traffic]
+    if final is not None and final[0] is not None and final[1] is not None:
+        t, b = [*t, float(final[0])], [*b, float(final[1])]
+    axes[2].plot(t, b, marker="o", ms=4, color="tab:purple", gid="bytes")
+    if final is not None and final[1] is not None and t:
+        axes[2].annotate(
+            f"{int(final[1]):,} B total",
+            (t[-1], b[-1]),
+            textcoords="offset points",
+            xytext=(-4, -14),
+            ha="right",
+            fontsize="small",
+        )
+    axes[2].set(xlabel="time (s)", ylabel="bytes on the wire (cumulative)", title="traffic")
+    for ax in axes:
+        _no_offset(ax.xaxis)
+        _no_offset(ax.yaxis)
+        ax.grid(alpha=0.3)
     for ax in axes[:2]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     if not root:
@@ -327,7 +383,7 @@ def plot_rounds(
     fig.tight_layout()
     with atomic_write(path, "wb") as fh:
         fig.savefig(fh, dpi=110, format="png")
-    plt.close(fig)
+    return fig
 
 
 def aggregate_row(rec: Mapping[str, Any]) -> dict[str, Any]:

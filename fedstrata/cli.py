@@ -839,6 +839,218 @@ def _crash_report(exc: BaseException) -> str:
     return path
 
 
+# -- research workflow commands: each a thin wrapper over its own module --
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(
+        ..., metavar="DIR", help="A run folder (fedstrata run --out) or a sweep folder."
+    ),
+) -> None:
+    """Write DIR/report.html (self-contained) and DIR/report.md about a run or a sweep."""
+    from fedstrata.analysis.report import NotARunRecordError, ReportError, write_report
+
+    try:
+        paths = write_report(run_dir)
+    except NotARunRecordError as exc:
+        raise _fail(str(exc), 2) from None
+    except ReportError as exc:
+        raise _fail(str(exc), 1) from None
+    except OSError as exc:
+        raise _fail(f"{run_dir}: cannot write the report ({exc.strerror or exc})", 2) from None
+    out.print(f"report: {paths['html']}", highlight=False, markup=False)
+    out.print(f"report: {paths['md']}", highlight=False, markup=False)
+
+
+@app.command()
+def init(
+    path: Path = typer.Argument(
+        Path("scenario.yaml"), metavar="PATH", help="File to write [default: scenario.yaml]."
+    ),
+    tiers: int = typer.Option(
+        3, "--tiers", min=2, max=3, help="3: edge-fog-cloud (a fog tier); 2: a flat network."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite PATH if it exists."),
+) -> None:
+    """Write a commented starter scenario that validates and runs as written."""
+    from fedstrata.scenarios.starter import StarterExistsError, write_starter
+
+    try:
+        written = write_starter(path, tiers, force=force)
+    except StarterExistsError as exc:
+        err.print(f"error: {exc}", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        err.print(
+            f"error: cannot write {path}: {exc.strerror or type(exc).__name__}",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
+        raise typer.Exit(2) from None
+    out.print(
+        f"wrote {written}; check it with: fedstrata validate {written}",
+        highlight=False,
+        markup=False,
+    )
+
+
+@app.command()
+def schema(
+    out_file: Path | None = typer.Option(
+        None, "--out", help="Write the JSON Schema to this file instead of printing it."
+    ),
+) -> None:
+    """Print the JSON Schema of scenario files, for completion and checks in editors.
+
+    VS Code (Red Hat YAML extension): ``fedstrata schema --out scenario.schema.json``,
+    then start the scenario file with the comment
+    ``# yaml-language-server: $schema=scenario.schema.json`` (or map the schema to
+    ``*.yaml`` under ``yaml.schemas`` in the settings).
+    """
+    from fedstrata.scenarios.loader import scenario_json_schema
+
+    text = json.dumps(scenario_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out_file.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        err.print(
+            f"error: cannot write {out_file}: {exc.strerror or type(exc).__name__}",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
+        raise typer.Exit(2) from None
+    out.print(f"wrote {out_file}", highlight=False, markup=False)
+
+
+@app.command()
+def sweep(
+    scenario: Path = typer.Argument(..., metavar="SCENARIO", help="Scenario file (YAML)."),
+    grid: list[str] = typer.Option(
+        [],
+        "--grid",
+        metavar="KEY=V1,V2,...",
+        help="A dotted scenario key and its values (YAML scalars); repeat for more keys.",
+    ),
+    repeats: int = typer.Option(
+        1, "--repeats", min=1, max=10_000, help="Runs per cell; repeat r uses seed + r."
+    ),
+    jobs: int = typer.Option(1, "--jobs", min=1, max=512, help="Parallel processes."),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Folder for runs/, results.csv, summary.csv [default: runs/sweep-NAME]."
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace finished runs whose scenario has changed."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the cells as Ray tasks on this cluster (auto, HOST:PORT, ray://HOST:PORT); "
+        "needs the [ray] extra, and fedstrata on the cluster.",
+    ),
+) -> None:
+    """Run a grid of scenario overrides x repeats (resumable) and tabulate mean and 95 % CI."""
+    from fedstrata.analysis.records import OutputError
+    from fedstrata.scenarios.loader import ScenarioErrors
+    from fedstrata.scenarios.sweep import GridError, load_sweep, parse_grid, run_sweep
+
+    if ray_address is not None and jobs != 1:
+        raise typer.BadParameter(
+            "--jobs does not apply with --ray (the cluster's CPUs set the parallelism)",
+            param_hint="'--jobs'",
+        )
+    try:
+        sw = load_sweep(scenario, parse_grid(grid), repeats)
+    except GridError as exc:
+        raise _fail(str(exc), 2) from None
+    except ScenarioErrors as exc:
+        for e in exc.errors:
+            err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(1) from None
+    if out_dir is None:
+        out_dir = Path("runs") / f"sweep-{sw.cells[0].scenario.name}"
+    _terminate_like_ctrl_c()
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    bar = Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+    )
+    task = bar.add_task("sweep", total=None, info="")
+
+    def on_start(to_run: int, skipped: int) -> None:
+        if skipped:
+            out.print(f"skipped {skipped} finished runs", highlight=False, markup=False)
+        bar.update(task, total=to_run)
+
+    def on_done(row: dict[str, Any]) -> None:
+        bar.update(task, advance=1, info=f"{row['cell']} rep {row['repeat']}: {row['status']}")
+
+    try:
+        with bar:
+            result = run_sweep(
+                sw,
+                out_dir,
+                jobs=jobs,
+                overwrite=overwrite,
+                on_start=on_start,
+                on_done=on_done,
+                ray_address=ray_address,
+            )
+    except (OutputError, GridError) as exc:
+        raise _fail(str(exc), 2) from None
+    from rich.table import Table
+
+    def ci(row: dict[str, Any], m: str) -> str:
+        mean, low, high = row[f"{m}_mean"], row[f"{m}_ci_low"], row[f"{m}_ci_high"]
+        if mean is None:
+            return "-"
+        return f"{mean:.3g}" if low is None else f"{mean:.3g} ± {(high - low) / 2:.2g}"
+
+    table = Table(show_edge=False, header_style="bold")
+    for key in sw.grid:
+        table.add_column(key.rsplit(".", 1)[-1], no_wrap=True)
+    for col in ("n", "ARI", "rounds", "bytes", "virtual s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for row in result.summary:
+        metrics = ("ari", "rounds", "bytes_total", "virtual_time_s")
+        table.add_row(
+            *(_cell(row[k]) for k in sw.grid), str(row["n"]), *(ci(row, m) for m in metrics)
+        )
+    out.print(table)
+    out.print(
+        f"ran {result.ran}, skipped {result.skipped} finished runs; "
+        f"{', '.join(result.files)} in {out_dir}",
+        highlight=False,
+        markup=False,
+    )
+    for line in result.errors[:5]:
+        err.print(f"error: run failed: {line}", highlight=False, markup=False)
+    if result.interrupted:
+        err.print("interrupted: run the same command again to resume", highlight=False)
+        raise typer.Exit(130)
+    if result.errors:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Entry point of the ``fedstrata`` command.
 

@@ -614,13 +614,22 @@ def _write_record(
 def _rounds_bar(sc: Scenario) -> Iterator[Callable[[int, str], None]]:
     """A transient bar of the root's rounds on stderr; yields ``update(rounds, info)``."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(),
+        # against the round limit: a run that converges early ends before its ETA
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         transient=True,
         console=Console(stderr=True),
     ) as bar:

@@ -50,6 +50,7 @@ __all__ = [
     "confidence_interval",
     "expand_grid",
     "load_sweep",
+    "parquet_rows",
     "parse_grid",
     "parse_grid_value",
     "plot_sweep",
@@ -726,6 +727,21 @@ def summarize(
     return out
 
 
+def parquet_rows(rows: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
+    """``rows`` restricted to ``columns``, each column of one type (Parquet needs that).
+
+    A grid key whose values mix types (``0`` and ``10%``, as written on the command
+    line) becomes text in every row; numbers stay numbers otherwise.
+    """
+    out = [{c: r.get(c) for c in columns} for r in rows]
+    for c in columns:
+        kinds = {type(r[c]) for r in out if r[c] is not None}
+        if len(kinds) > 1 and not kinds <= {int, float}:
+            for r in out:
+                r[c] = None if r[c] is None else str(r[c])
+    return out
+
+
 def _write_tables(result: SweepResult, keys: list[str], out: Path) -> list[str]:
     from fedstrata.analysis.records import write_table
 
@@ -739,8 +755,7 @@ def _write_tables(result: SweepResult, keys: list[str], out: Path) -> list[str]:
     except ImportError:
         pass
     else:
-        cols = run_columns(keys)
-        table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in result.rows])
+        table = pa.Table.from_pylist(parquet_rows(result.rows, run_columns(keys)))
         pq.write_table(table, out / "results.parquet")
         files.append("results.parquet")
     if result.summary and any(r["n"] for r in result.summary):

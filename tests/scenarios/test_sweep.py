@@ -229,3 +229,16 @@ def test_ray_runs_the_same_cells_on_a_cluster(tiny):
 def test_ray_and_jobs_do_not_mix(tiny):
     res = fedstrata("sweep", "tiny.yaml", "--ray", "auto", "--jobs", "2", cwd=tiny)
     assert res.returncode == 2 and "--jobs does not apply with --ray" in res.stderr
+
+
+def test_parquet_rows_make_a_mixed_grid_column_text():
+    import pyarrow as pa
+
+    from fedstrata.scenarios.sweep import parquet_rows
+
+    rows = [{"faults.dropout": 0, "ari": 1.0}, {"faults.dropout": "10%", "ari": None}]
+    got = parquet_rows(rows, ["faults.dropout", "ari"])
+    assert [r["faults.dropout"] for r in got] == ["0", "10%"]
+    assert pa.Table.from_pylist(got).num_rows == 2  # one type per column
+    same = parquet_rows([{"x": 0}, {"x": 0.5}], ["x"])
+    assert [r["x"] for r in same] == [0, 0.5]  # int and float stay numbers

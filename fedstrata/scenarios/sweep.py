@@ -778,6 +778,7 @@ def plot_sweep(summary: Sequence[dict[str, Any]], keys: Sequence[str], path: str
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     xkey = next((k for k in keys if _numeric([r[k] for r in summary])), None)
     if xkey is None and keys:
@@ -802,10 +803,15 @@ def plot_sweep(summary: Sequence[dict[str, Any]], keys: Sequence[str], path: str
             xv = [r["cell"] if xkey is None else r[xkey] for r in pts]
             xp = [xs_all.index(x) for x in xv] if categorical else xv
             ys = [r[f"{metric}_mean"] for r in pts]
+            # the interval drawn within what the metric can be (ARI <= 1, counts >= 0);
+            # summary.csv keeps the t interval as computed
+            lo_bound, hi_bound = (-1.0, 1.0) if metric == "ari" else (0.0, math.inf)
             err = [
-                [0.0 if r[f"{metric}_ci_low"] is None else y - r[f"{metric}_ci_low"]
+                [0.0 if r[f"{metric}_ci_low"] is None
+                 else y - max(r[f"{metric}_ci_low"], lo_bound)
                  for r, y in zip(pts, ys, strict=True)],
-                [0.0 if r[f"{metric}_ci_high"] is None else r[f"{metric}_ci_high"] - y
+                [0.0 if r[f"{metric}_ci_high"] is None
+                 else min(r[f"{metric}_ci_high"], hi_bound) - y
                  for r, y in zip(pts, ys, strict=True)],
             ]  # fmt: skip
             name = ", ".join(f"{k}={_token(v)}" for k, v in zip(others, combo, strict=True))
@@ -813,6 +819,10 @@ def plot_sweep(summary: Sequence[dict[str, Any]], keys: Sequence[str], path: str
         if categorical:
             ax.set_xticks(range(len(xs_all)), [_token(x) for x in xs_all])
         ax.set(xlabel=xkey or "cell", ylabel=label, title=f"{label} (95 % CI)")
+        # plain numbers: no offset or ×1e6 multiplier to decode
+        ax.yaxis.set_major_formatter(
+            FuncFormatter(lambda v, _: f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.6g}")
+        )
         if others and ax is axes[0]:
             ax.legend(fontsize="small")
     fig.tight_layout()

@@ -61,7 +61,9 @@ _TAKES = {
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape  # a path or value with [brackets] is printed as is
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -879,16 +881,9 @@ def init(
     try:
         written = write_starter(path, tiers, force=force)
     except StarterExistsError as exc:
-        err.print(f"error: {exc}", highlight=False, soft_wrap=True, markup=False)
-        raise typer.Exit(2) from None
+        raise _fail(str(exc), 2) from None
     except OSError as exc:
-        err.print(
-            f"error: cannot write {path}: {exc.strerror or type(exc).__name__}",
-            highlight=False,
-            soft_wrap=True,
-            markup=False,
-        )
-        raise typer.Exit(2) from None
+        raise _fail(f"cannot write {path}: {exc.strerror or type(exc).__name__}", 2) from None
     out.print(
         f"wrote {written}; check it with: fedstrata validate {written}",
         highlight=False,
@@ -918,13 +913,7 @@ def schema(
     try:
         out_file.write_text(text, encoding="utf-8")
     except OSError as exc:
-        err.print(
-            f"error: cannot write {out_file}: {exc.strerror or type(exc).__name__}",
-            highlight=False,
-            soft_wrap=True,
-            markup=False,
-        )
-        raise typer.Exit(2) from None
+        raise _fail(f"cannot write {out_file}: {exc.strerror or type(exc).__name__}", 2) from None
     out.print(f"wrote {out_file}", highlight=False, markup=False)
 
 

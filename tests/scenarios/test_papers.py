@@ -12,6 +12,11 @@ ARI > 0.9 is not asserted at 100 samples per cluster: FedHK-MVFC with the paper'
 settings (Type 1 coefficients, one federated start) separates the shapes on 8 of 10 seeds at
 n = 10,000 but on none at n = 400 (ARI 0.00-0.68, seeds 0-9); see docs/reproductions.md.
 Fed-MVFCM does reach ARI 1.0 there, which is asserted.
+
+The files on the UCI multiple features (``data.dataset: multiple-features``: the hybrid-view
+populations of FMCSC and EFD-MVC, Fed-MVKM's setting) have a fixed size (2,000 samples) and
+no ``n_per_cluster``: they run reduced with ``protocol.rounds`` capped at 3 instead, and their
+header ARI (0.57-0.75, HK-MVFC and mvkm-ed on ten digit classes) is checked, not ARI > 0.9.
 """
 
 from __future__ import annotations
@@ -35,11 +40,16 @@ EXPECTED = re.compile(
     re.M,
 )
 FINISHED = {"converged", "round_limit"}
+FIXED_SIZE = {"multiple-features"}  # datasets without n_per_cluster
 
 
 def _reduced(path: Path, n_per_cluster: int) -> dict:
     """The scenario's YAML document with ``n_per_cluster`` overridden."""
     doc = yaml.safe_load(path.read_text())
+    if doc.get("data", {}).get("dataset") in FIXED_SIZE:
+        # No size parameter: cap the rounds instead.
+        doc["protocol"]["rounds"] = min(doc["protocol"].get("rounds", 3), 3)
+        return doc
     doc.setdefault("data", {}).setdefault("params", {})["n_per_cluster"] = n_per_cluster
     return doc
 
@@ -78,6 +88,42 @@ def test_ends_as_its_header_says(path: Path):
     assert doc["seed"] == 0
     _, summary, _ = simulate(parse_scenario(text, file=str(path), base_dir=path.parent))
     assert (summary["status"], summary["rounds"]) == (status, rounds), summary["reason"]
-    assert summary["metrics"]["ari"] > 0.9
+    if doc["data"].get("dataset") not in FIXED_SIZE:
+        assert summary["metrics"]["ari"] > 0.9
     assert abs(summary["metrics"]["ari"] - ari) < 1e-3
     assert summary["bytes_total"] == wire
+
+
+def test_hybrid_and_fed_mvkm_files_are_present():
+    assert {p.stem for p in PAPERS} >= {
+        "hybrid-2to1",
+        "hybrid-1to1",
+        "hybrid-1to2",
+        "random-view-subsets",
+        "fed-mvkm-mfeat",
+    }
+
+
+@pytest.mark.parametrize(
+    ("stem", "full", "partial", "single"),
+    [
+        ("hybrid-2to1", 8, 0, 4),
+        ("hybrid-1to1", 6, 0, 6),
+        ("hybrid-1to2", 4, 0, 8),
+        ("random-view-subsets", 3, 9, 0),
+        ("fed-mvkm-mfeat", 5, 0, 0),
+    ],
+)
+def test_hybrid_populations_have_the_stated_client_mix(stem, full, partial, single):
+    from fedstrata.scenarios.loader import load_scenario
+    from fedstrata.scenarios.preflight import prepare_data
+
+    path = next(p for p in PAPERS if p.stem == stem)
+    held = prepare_data(load_scenario(path)).held
+    n_views = 6  # multiple-features
+    counts = (
+        sum(len(h) == n_views for h in held),
+        sum(1 < len(h) < n_views for h in held),
+        sum(len(h) == 1 for h in held),
+    )
+    assert counts == (full, partial, single)

@@ -34,25 +34,16 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from fedstrata.algorithms import HKMVFC, MVFCM, MVKMED, federated_fit
+from fedstrata.analysis.metrics import clustering_accuracy
 from fedstrata.errors import ConvergenceWarning
 from fedstrata.scenarios.datasets import multiple_features
 
 C = 10
 N_CLIENTS = 10
-
-
-def accuracy(y: np.ndarray, labels: np.ndarray) -> float:
-    """Clustering accuracy: the share of samples under the best label matching."""
-    k = max(y.max(), labels.max()) + 1
-    table = np.zeros((k, k))
-    np.add.at(table, (labels, y), 1)
-    rows, cols = linear_sum_assignment(-table)
-    return float(table[rows, cols].sum() / y.size)
 
 
 def standardized(views: list[np.ndarray]) -> list[np.ndarray]:
@@ -126,7 +117,7 @@ def main() -> None:
                 labels = fit(views, seed)
                 sec.append(time.perf_counter() - t0)
                 ari.append(adjusted_rand_score(y, labels))
-                acc.append(accuracy(y, labels))
+                acc.append(clustering_accuracy(y, labels))
                 nmi.append(normalized_mutual_info_score(y, labels))
             rows[name] = (np.mean(ari), np.min(ari), np.mean(acc), np.mean(nmi), np.mean(sec))
     print()

@@ -34,6 +34,7 @@ from fedstrata.algorithms.tensor import (
     message_shapes,
     model_shapes,
 )
+from fedstrata.algorithms.tensor._common import minmax_scale_views
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Learner, Step
 from fedstrata.nodes.config import ProtocolConfig
@@ -47,16 +48,14 @@ from fedstrata.privacy.layout import Layout, SummedField
 if TYPE_CHECKING:
     from fedstrata.algorithms.tensor.client import TensorClient
 
-__all__ = ["TensorAlgorithm", "TensorLearner", "minmax_scale", "tensor_algorithm"]
+__all__ = ["TensorAlgorithm", "TensorLearner", "tensor_algorithm"]
 
 _F64 = np.dtype(np.float64)
 
 
-def minmax_scale(X: np.ndarray, ref: KernelReference) -> np.ndarray:
-    """Per-feature min-max scaling of ``X`` against ``ref`` (a constant feature maps to 0)."""
-    span = ref.maximum - ref.minimum
-    safe = np.where(span > 0, span, 1.0)
-    return np.where(span > 0, (X - ref.minimum) / safe, 0.0)
+def _scaled(views: Sequence[np.ndarray], refs: Sequence[KernelReference]) -> list[np.ndarray]:
+    """Each view min-max scaled with its pooled per-feature range."""
+    return minmax_scale_views(views, [r.minimum for r in refs], [r.maximum for r in refs])
 
 
 def _read_arrays(
@@ -180,7 +179,7 @@ class TensorAlgorithm(Algorithm):
         """A :class:`TensorClient` over views scaled with the pooled ranges ``refs``."""
         from fedstrata.algorithms.tensor.client import TensorClient  # tensorly: on first use
 
-        scaled = [minmax_scale(X, r) for X, r in zip(views, refs, strict=True)]
+        scaled = _scaled(views, refs)
         return TensorClient(self.model, scaled, view_ids)
 
     def learner(
@@ -218,7 +217,7 @@ class TensorAlgorithm(Algorithm):
         extras = {"refs": merged["refs"]}
         complete = not any(r is None for r in refs)
         if complete and state is None and len(merged.get("init_w", ())) == self.shape.n_clusters:
-            centers = [minmax_scale(a, r) for a, r in zip(merged["init"], refs, strict=True)]
+            centers = _scaled(merged["init"], refs)
             state = initial_global(self.model, centers)
         return state, extras, complete
 

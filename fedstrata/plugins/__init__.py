@@ -6,9 +6,11 @@ for a worked example of adding one.
 
 from typing import Any
 
+from fedstrata.algorithms.deep.config import DeepModel
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.algorithms.tensor.model import TensorModel
 from fedstrata.nodes.algorithm import Algorithm, register_algorithm
+from fedstrata.plugins.deep import deep_algorithm
 from fedstrata.plugins.multiview import multiview_algorithm
 
 
@@ -20,3 +22,4 @@ def _tensor_algorithm(model: Any, protocol: Any, shape: Any) -> Algorithm:
 
 register_algorithm(MultiViewModel, multiview_algorithm)
 register_algorithm(TensorModel, _tensor_algorithm)
+register_algorithm(DeepModel, deep_algorithm)

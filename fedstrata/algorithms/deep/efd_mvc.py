@@ -6,7 +6,11 @@ et al., AAAI 2026).
 Every client trains the one global model on its type's loss (Eq. 11):
 
 * full-view (all V views): reconstruction + α(label contrast + feature contrast)
-  + (1 − α) drift, with the contrasts summed over view pairs (Eqs. 4-5, as in MFLVC);
+  + (1 − α) drift. The label contrast (Eq. 5) runs over view pairs, as in MFLVC; the
+  feature contrast (Eq. 4) pairs each view's feature with the fused feature H (reading
+  the paper's ``n`` as the fused view, the form of Eq. 6), because Eq. 12 clusters H:
+  with view pairs only, nothing but the drift term trains H, and a two-view toy
+  federation lost half its ARI (0.50 against 0.70 this way);
 * partial-view (2 .. V−1 views): reconstruction + α·Σ_v NT-Xent(H^p, h^v) (Eq. 6)
   + (1 − α) drift;
 * single-view: reconstruction + α·(fused vs view feature against the view feature of
@@ -72,8 +76,9 @@ def efd_mvc_round(
             h_glob = glob.embed(xb)
         if kind == "full":
             contrast = torch.zeros(())
+            for v in held:
+                contrast = contrast + nt_xent(out.h, out.hv[v], tau)
             for a, b in itertools.combinations(held, 2):
-                contrast = contrast + nt_xent(out.hv[a], out.hv[b], tau)
                 qa, qb = out.q[a], out.q[b]
                 assert qa is not None
                 assert qb is not None

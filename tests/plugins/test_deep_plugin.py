@@ -18,7 +18,6 @@ from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.messages import Shape
 from fedstrata.plugins.deep import DeepAlgorithm
 from fedstrata.wire import VERSION, Envelope, decode, encode
-
 from tests.algorithms.conftest import blobs
 
 TINY = {"hidden": (16,), "latent": 4, "head": 8, "pretrain_epochs": 30, "local_epochs": 5}
@@ -43,7 +42,9 @@ def _federation(method, view_sets, seed=0, **kw):
 
 
 def _wire(body, sender="client-0"):
-    env = Envelope(v=VERSION, kind="update", run="r", round=1, tier="edge", sender=sender, body=body)
+    env = Envelope(
+        v=VERSION, kind="update", run="r", round=1, tier="edge", sender=sender, body=body
+    )
     return encode(env)
 
 
@@ -120,7 +121,7 @@ def test_upload_bytes_are_four_per_parameter_per_model_plus_a_fixed_envelope():
 
 
 def test_malformed_partials_are_refused():
-    alg, learners, *_ = _federation("efd-mvc", [FULL, ONE])
+    alg, _learners, *_ = _federation("efd-mvc", [FULL, ONE])
     P = alg.model.parameter_count
     good = {
         "mode": "deep-train",
@@ -140,10 +141,21 @@ def test_malformed_partials_are_refused():
         {**good, "weights": {}},
         {**good, "contributors": 0},
         {**good, "mode": "deep-unknown"},
-        {"mode": "deep-lloyd", "sums": np.zeros((9, 4)), "counts": np.zeros(9), "inertia": 0.0,
-         "n": 1, "contributors": 1},
-        {"mode": "deep-candidates", "cands": np.zeros((2, 5)), "sizes": np.ones(2), "n": 1,
-         "contributors": 1},
+        {
+            "mode": "deep-lloyd",
+            "sums": np.zeros((9, 4)),
+            "counts": np.zeros(9),
+            "inertia": 0.0,
+            "n": 1,
+            "contributors": 1,
+        },
+        {
+            "mode": "deep-candidates",
+            "cands": np.zeros((2, 5)),
+            "sizes": np.ones(2),
+            "n": 1,
+            "contributors": 1,
+        },
     ]
     for body in bad:
         with pytest.raises(WireError):

@@ -39,7 +39,7 @@ def test_pair_contrast_matches_the_formula():
     neg = torch.tensor([[0.0, 1.0], [0.0, -1.0]])
     tau = 0.5
     rows = []
-    for (sp, sn) in [(1.0, 0.0), (1 / math.sqrt(2), -1.0)]:
+    for sp, sn in [(1.0, 0.0), (1 / math.sqrt(2), -1.0)]:
         rows.append(-math.log(math.exp(sp / tau) / (math.exp(sp / tau) + math.exp(sn / tau))))
     assert math.isclose(float(pair_contrast(h, pos, neg, tau)), sum(rows) / 2, rel_tol=1e-6)
 

@@ -15,7 +15,7 @@ from fedstrata.errors import ValidationError
 
 @pytest.mark.parametrize("method", ["fmcsc", "efd-mvc"])
 @pytest.mark.parametrize(
-    "dims,hidden", [((784, 784), (500, 500, 2000)), ((5, 7, 3), (16,)), ((2, 2), (8, 4))]
+    ("dims", "hidden"), [((784, 784), (500, 500, 2000)), ((5, 7, 3), (16,)), ((2, 2), (8, 4))]
 )
 def test_parameter_count_without_torch_equals_the_network(method, dims, hidden):
     model = DeepModel(method, 4, dims, hidden=hidden, latent=6, head=9)

@@ -75,8 +75,8 @@ from fedstrata.scenarios.loader import (
     load_scenario,
 )
 from fedstrata.scenarios.schema import (
+    DIMS_METHODS,
     MAX_SECONDS,
-    TENSOR_METHODS,
     Ident,
     Scenario,
     ScenarioErrors,
@@ -552,9 +552,9 @@ def _load(p: Path, file: str) -> NodeConfig:
     from fedstrata.scenarios.preflight import wire_topology
 
     sc_problems: list[ScenarioError] = []
-    # the tensor family's model needs the feature counts: checked below, once they are known
+    # the tensor and deep families' models need the feature counts: checked below, once known
     checks = [(wire_topology, "topology")]
-    if sc.algorithm.name not in TENSOR_METHODS:
+    if sc.algorithm.name not in DIMS_METHODS:
         checks.insert(0, (model_of, "algorithm"))
     for check, where in checks:
         try:
@@ -606,7 +606,7 @@ def _load(p: Path, file: str) -> NodeConfig:
     if role == "client" and spec.data is not None:
         view_ids, views, files = _data(spec, dims, resolve, problems)
     seal = _seal(spec, sc, wiring, resolve, problems)
-    if dims is not None and sc.algorithm.name in TENSOR_METHODS:
+    if dims is not None and sc.algorithm.name in DIMS_METHODS:
         try:
             model_of(sc, dims)
         except ScenarioError as exc:

@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from fedstrata.algorithms.deep.config import DEEP_METHODS, DeepModel
 from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_references
 from fedstrata.algorithms.multiview import MultiViewModel, auto_fuzzifier
 from fedstrata.algorithms.presets import PRESETS
 from fedstrata.algorithms.schedules import mvkm_ed_model
-from fedstrata.errors import FedstrataError, ScenarioError
+from fedstrata.errors import FedstrataError, ScenarioError, ValidationError
 from fedstrata.mqtt import group_prefix
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
@@ -36,10 +37,12 @@ from fedstrata.scenarios.schema import (
 )
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Constant, Empirical, LatencyModel, Link, LogNormal, Normal, Pareto
+from fedstrata.wire import DEFAULT_MAX_SIZE
 
 __all__ = [
     "Federation",
     "build_federation",
+    "deep_model_of",
     "latency_model",
     "link_of",
     "model_of",
@@ -132,10 +135,11 @@ def link_of(spec: LinkSpec) -> Link:
 def model_of(sc: Scenario, dims: Sequence[int] | None = None, n_samples: int | None = None) -> Any:
     """The clustering model of the scenario's algorithm section.
 
-    The tensor family's model depends on the views' feature counts ``dims`` (a rank
-    may not exceed them), and hk-mvfc's ``preset: real-data`` without ``m`` on the
-    federation's sample count ``n_samples`` and ``dims`` (m = "auto"); without them a
-    :class:`~fedstrata.errors.ScenarioError` says so.
+    The tensor and deep families' models depend on the views' feature counts ``dims``
+    (a rank may not exceed them; they are the networks' input sizes), and hk-mvfc's
+    ``preset: real-data`` without ``m`` on the federation's sample count ``n_samples``
+    and ``dims`` (m = "auto"); without them a :class:`~fedstrata.errors.ScenarioError`
+    says so. The deep family's initial networks come from the scenario's ``seed``.
     """
     a = sc.algorithm
     if a.name == "hk-mvfc":
@@ -158,6 +162,13 @@ def model_of(sc: Scenario, dims: Sequence[int] | None = None, n_samples: int | N
                 path="algorithm",
             )
         return tensor_model_of(a, dims)
+    if a.name in DEEP_METHODS:
+        if dims is None:
+            raise ScenarioError(
+                f"{a.name} needs the views' feature counts to build its model",
+                path="algorithm",
+            )
+        return deep_model_of(a, dims, sc.seed)
     raise ScenarioError(f"unknown algorithm {a.name!r}", path="algorithm.name")
 
 
@@ -214,6 +225,60 @@ def tensor_model_of(a: AlgorithmSpec, dims: Sequence[int]) -> Any:
         if not key and "rank" in msg.lower():
             key = next((k for k in ("ranks", "rank") if k in params), "")
         raise ScenarioError(msg, path=f"algorithm.{key}" if key else "algorithm") from exc
+
+
+_DEEP_MODEL_KEYS = (
+    "hidden",
+    "latent",
+    "head",
+    "train_rounds",
+    "pretrain_epochs",
+    "local_epochs",
+    "copy_epochs",
+    "batch_size",
+    "lr",
+    "temperature",
+    "contrast_weight",
+    "mu",
+    "noise",
+    "kmeans_rounds",
+    "mi_bins",
+)
+
+
+def deep_model_of(a: AlgorithmSpec, dims: Sequence[int], seed: int) -> DeepModel:
+    """The deep family's model: the keys the scenario sets, :class:`DeepModel`'s defaults else.
+
+    ``seed`` (the scenario's) fixes the initial networks. A value the model refuses
+    (fmcsc with a single view, say) becomes a :class:`~fedstrata.errors.ScenarioError`
+    on the key it names, else on ``algorithm``.
+    """
+    params: dict[str, Any] = {
+        k: getattr(a, k)
+        for k in _DEEP_MODEL_KEYS
+        if k in a.model_fields_set and getattr(a, k) is not None
+    }
+    if "hidden" in params:
+        params["hidden"] = tuple(params["hidden"])
+    try:
+        model = DeepModel(
+            a.name, a.n_clusters, tuple(int(d) for d in dims), seed=int(seed), **params
+        )
+    except ValidationError as exc:
+        msg = str(exc)
+        key = msg.split(" ", 1)[0]
+        raise ScenarioError(msg, path=f"algorithm.{key}" if key in params else "algorithm") from exc
+    # a model body carries every global network; it must fit one wire message
+    models = model.n_views + 1 if model.method == "fmcsc" else 1
+    size = 4 * model.parameter_count * models
+    if size > DEFAULT_MAX_SIZE - 64 * 1024:
+        raise ScenarioError(
+            f"{a.name}'s model body would carry {models} network(s) of "
+            f"{model.parameter_count:,} float32 parameters ({size / 2**20:.0f} MiB), over "
+            f"the wire limit of {DEFAULT_MAX_SIZE // 2**20} MiB; choose smaller hidden widths",
+            path="algorithm.hidden",
+        )
+    return model
 
 
 def split_data(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:

@@ -24,8 +24,8 @@ from fedstrata.errors import ValidationError as FsValidationError
 from fedstrata.scenarios import partition as part
 from fedstrata.scenarios.datasets import MultiViewDataset, dataset_size, load_dataset
 from fedstrata.scenarios.schema import (
+    DIMS_METHODS,
     SEED_LIMIT,
-    TENSOR_METHODS,
     Scenario,
     ScenarioErrors,
     clip,
@@ -407,9 +407,7 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     except ScenarioError as exc:
         collect(exc)
     try:
-        if data is not None or (
-            sc.algorithm.name not in TENSOR_METHODS and sc.algorithm.m != "auto"
-        ):
+        if data is not None or (sc.algorithm.name not in DIMS_METHODS and sc.algorithm.m != "auto"):
             model_of(
                 sc,
                 None if data is None else [X.shape[1] for X in data.dataset.views],

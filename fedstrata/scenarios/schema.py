@@ -85,12 +85,16 @@ from pydantic import (
 )
 from pydantic import ValidationError as PydanticValidationError
 
+from fedstrata.algorithms import deep as _deep
+from fedstrata.algorithms.deep.config import DEEP_METHODS, DeepModel
 from fedstrata.errors import ScenarioError
 from fedstrata.scenarios.datasets import DATASETS
 from fedstrata.scenarios.units import to_fraction, to_mbps, to_seconds
 
 __all__ = [
     "DATASET_PARAM_BOUNDS",
+    "DEEP_EXTRA_ROUNDS",
+    "DIMS_METHODS",
     "ID_PATTERN",
     "MAX_CLIENTS",
     "MAX_CLUSTERS",
@@ -683,7 +687,7 @@ TENSOR_METHODS = ("e-fkmvc", "fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person
 
 # the tensor family's own keys, and which method reads each (the others refuse them)
 _TENSOR_KEYS: dict[str, frozenset[str]] = {
-    "local_epochs": frozenset(TENSOR_METHODS),
+    "local_epochs": frozenset(TENSOR_METHODS + DEEP_METHODS),
     "eps_a": frozenset({"e-fkmvc"}),
     "eps_v": frozenset({"e-fkmvc"}),
     "rank": frozenset({"fedhk-parafac2", "fedhk-mvc-person"}),
@@ -694,6 +698,36 @@ _TENSOR_KEYS: dict[str, frozenset[str]] = {
     "beta": frozenset({"fedhk-mvc-person"}),
     "decomposition": frozenset({"fedhk-mvc-person"}),
 }
+
+# the deep family's own keys (local_epochs is shared with the tensor family, above)
+_DEEP_KEYS: dict[str, frozenset[str]] = {
+    "hidden": frozenset(DEEP_METHODS),
+    "latent": frozenset(DEEP_METHODS),
+    "head": frozenset(DEEP_METHODS),
+    "train_rounds": frozenset(DEEP_METHODS),
+    "pretrain_epochs": frozenset(DEEP_METHODS),
+    "copy_epochs": frozenset({"fmcsc"}),
+    "batch_size": frozenset(DEEP_METHODS),
+    "lr": frozenset(DEEP_METHODS),
+    "temperature": frozenset(DEEP_METHODS),
+    "contrast_weight": frozenset({"efd-mvc"}),
+    "mu": frozenset({"efd-mvc"}),
+    "noise": frozenset({"efd-mvc"}),
+    "kmeans_rounds": frozenset(DEEP_METHODS),
+    "mi_bins": frozenset({"fmcsc"}),
+}
+
+DIMS_METHODS = TENSOR_METHODS + DEEP_METHODS
+"""Algorithms whose model needs the views' feature counts (``model_of(sc, dims)``)."""
+
+DEEP_EXTRA_ROUNDS = 3
+"""Rounds a deep run takes besides ``train_rounds``: consensus pre-training, the k-means
+candidates and at least one Lloyd round."""
+
+
+def _and(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 class AlgorithmSpec(_Strict):
@@ -724,6 +758,35 @@ class AlgorithmSpec(_Strict):
     ``standardize`` true, ``view_balance`` dimension, exact centres). Keys set
     explicitly win over the preset. With ``real-data`` and no ``m``, m is Schwämmle
     and Jensen's fuzzifier for the federation's size (capped at 1.3).
+
+    The deep hybrid-view family (the ``[deep]`` extra, PyTorch: ``pip install
+    "fedstrata[deep]"``) is for federations whose clients hold different subsets of the
+    views: ``fmcsc`` is "Bridging Gaps: Federated Multi-View Clustering in
+    Heterogeneous Hybrid Views" (NeurIPS 2024: per-view autoencoders, feature and model
+    contrasts, V+1 global models aggregated by mutual-information weights), ``efd-mvc``
+    "Enhanced Federated Deep Multi-View Clustering under Uncertainty Scenario" (AAAI
+    2026: one global model, hierarchical contrast, a view-adaptive drift module and
+    balanced aggregation weights). Both cluster the final embeddings with federated
+    k-means, so ``m``, ``alpha``, ``kernel`` and ``center_update`` are refused. Their
+    keys: ``hidden`` (each view's encoder layer widths; the decoder mirrors them),
+    ``latent`` (per-view code size), ``head`` (projection and fusion head width),
+    ``train_rounds`` (training rounds after one consensus pre-training round),
+    ``pretrain_epochs`` (epochs of that round), ``local_epochs`` (epochs per training
+    round), ``copy_epochs`` (fmcsc: epochs a multi-view client fits each single-view
+    global model, Eq. 6), ``batch_size``, ``lr`` (the optimiser's step size),
+    ``temperature`` (τ of every contrastive loss), ``contrast_weight`` (efd-mvc: α of
+    Eq. 11), ``mu`` (efd-mvc: the FedProx μ of its drift module), ``noise`` (efd-mvc:
+    σ of the single-view clients' augmentation, on [0, 1]-scaled inputs),
+    ``kmeans_rounds`` (most Lloyd rounds of the final k-means) and ``mi_bins`` (fmcsc:
+    histogram bins of its mutual-information weights). A run takes at least
+    ``train_rounds + 3`` protocol rounds (pre-training, training, k-means candidates,
+    one Lloyd round), with rule ``sum`` and synchronous rounds. Unset keys take
+    CPU-friendly defaults (hidden [256, 256], latent 20, head 256, train_rounds 5,
+    pretrain_epochs 50, local_epochs 10, copy_epochs 5, batch_size 256, lr 0.001,
+    temperature 0.5, contrast_weight 0.5, mu 0.01, noise 0.1, kmeans_rounds 20, mi_bins
+    10); the papers' settings are hidden [500, 500, 2000], pretrain_epochs 250,
+    local_epochs 25 and lr 0.0003. The networks' initial weights come from the
+    scenario's ``seed``.
     """
 
     name: Literal[
@@ -734,6 +797,8 @@ class AlgorithmSpec(_Strict):
         "fedhk-parafac2",
         "fedhk-tucker",
         "fedhk-mvc-person",
+        "fmcsc",
+        "efd-mvc",
     ] = "hk-mvfc"
     n_clusters: Annotated[int, Field(ge=2, le=MAX_CLUSTERS, description="2 .. 1000")] = 4
     m: Annotated[float, Field(gt=1.0, le=50.0, description="(1, 50]")] = 2.0
@@ -760,6 +825,28 @@ class AlgorithmSpec(_Strict):
     rho: Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")] | None = None
     beta: Annotated[float, Field(ge=0.0, le=1e3, description="[0, 1000]")] | None = None
     decomposition: Literal["parafac2", "tucker", "cp"] | None = None
+    hidden: (
+        Annotated[
+            list[Annotated[int, Field(ge=1, le=8192)]],
+            Field(min_length=1, max_length=6, description="1 .. 6 layer widths, each 1 .. 8192"),
+        ]
+        | None
+    ) = None
+    latent: Annotated[int, Field(ge=1, le=4096, description="1 .. 4096")] | None = None
+    head: Annotated[int, Field(ge=1, le=8192, description="1 .. 8192")] | None = None
+    train_rounds: Annotated[int, Field(ge=0, le=10_000, description="0 .. 10000")] | None = None
+    pretrain_epochs: Annotated[int, Field(ge=0, le=100_000, description="0 .. 100000")] | None = (
+        None
+    )
+    copy_epochs: Annotated[int, Field(ge=0, le=100_000, description="0 .. 100000")] | None = None
+    batch_size: Annotated[int, Field(ge=2, le=1_000_000, description="2 .. 1000000")] | None = None
+    lr: Annotated[float, Field(gt=0.0, le=10.0, description="(0, 10]")] | None = None
+    temperature: Annotated[float, Field(gt=0.0, le=100.0, description="(0, 100]")] | None = None
+    contrast_weight: Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")] | None = None
+    mu: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] | None = None
+    noise: Annotated[float, Field(ge=0.0, le=100.0, description="[0, 100]")] | None = None
+    kmeans_rounds: Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")] | None = None
+    mi_bins: Annotated[int, Field(ge=2, le=1000, description="2 .. 1000")] | None = None
 
     @model_validator(mode="after")
     def _used(self) -> AlgorithmSpec:
@@ -774,13 +861,23 @@ class AlgorithmSpec(_Strict):
         ]
         errors += [
             ScenarioError(
-                f"{k} is for {' and '.join(sorted(users))} only (name is {self.name!r}); remove it",
+                f"{k} is for {_and(sorted(users))} only (name is {self.name!r}); remove it",
                 path=f"algorithm.{k}",
             )
-            for k, users in _TENSOR_KEYS.items()
+            for k, users in (*_TENSOR_KEYS.items(), *_DEEP_KEYS.items())
             if k in self.model_fields_set and self.name not in users
         ]
-        if self.name in TENSOR_METHODS:
+        if self.name in DEEP_METHODS:
+            errors += [
+                ScenarioError(
+                    f"{self.name} clusters its networks' embeddings with k-means (no "
+                    f"fuzzifier, view-weight exponent, heat kernel or centre update); remove {k}",
+                    path=f"algorithm.{k}",
+                )
+                for k in ("m", "alpha", "kernel", "center_update")
+                if k in self.model_fields_set
+            ]
+        elif self.name in TENSOR_METHODS:
             errors += [
                 ScenarioError(
                     f"{self.name} has its own heat kernel (min-max coefficients) and "
@@ -1361,6 +1458,73 @@ class Scenario(_Strict):
                     "sums, so tier periods must be 1",
                 )
 
+    def _check_deep(self, fail: Callable[[str, str], None]) -> None:
+        """What the deep family runs with: PyTorch, sums, pooled ranges, synchronous rounds."""
+        p, a = self.protocol, self.algorithm
+        name = a.name
+        if not _deep.torch_available():
+            fail(
+                "algorithm.name",
+                f'{name} needs PyTorch, the [deep] extra: pip install "fedstrata[deep]"',
+            )
+        if p.rule != "sum":
+            fail(
+                "protocol.rule",
+                f"{name} runs with rule 'sum' (the server weighs the clients' networks as "
+                f"the paper does), not {p.rule!r}",
+            )
+        if p.kernel_scope == "local":
+            fail(
+                "protocol.kernel_scope",
+                f"{name} min-max scales every client's views with the pooled ranges: "
+                "kernel_scope must be global",
+            )
+        if p.compression.scheme != "none":
+            fail(
+                "protocol.compression",
+                f"{name}'s messages are network weights; compression is for the multi-view "
+                "statistics only",
+            )
+        if self.privacy.dp is not None:
+            fail(
+                "privacy.dp",
+                f"differential privacy is calibrated for the multi-view statistics; {name}'s "
+                "network weights have no clipping bound yet",
+            )
+        if self.privacy.secure_aggregation != "none":
+            fail(
+                "privacy.secure_aggregation",
+                f"masking {name}'s float32 network weights is not implemented yet; set "
+                "secure_aggregation: none",
+            )
+        if p.personalization is not None:
+            fail(
+                "protocol.personalization",
+                f"{name} has no personalised models; remove protocol.personalization",
+            )
+        for i, t in enumerate(self.topology.tiers):
+            if t.max_period() > 1:
+                fail(
+                    f"topology.tiers.{i}.period",
+                    f"{name}: every phase (pre-training, training, k-means) takes one root "
+                    "round, so tier periods must be 1",
+                )
+        if p.kind in ("async", "buffered"):
+            fail(
+                "protocol.kind",
+                f"{name}'s pre-training, training and k-means phases need synchronous "
+                f"rounds: kind must be sync or adaptive, not {p.kind!r}",
+            )
+        train = DeepModel.train_rounds if a.train_rounds is None else a.train_rounds
+        need = train + DEEP_EXTRA_ROUNDS
+        if p.rounds < need:
+            fail(
+                "protocol.rounds",
+                f"{name} needs at least train_rounds + {DEEP_EXTRA_ROUNDS} = {need} rounds "
+                f"(1 of consensus pre-training, {train} of training, 1 of k-means candidates "
+                f"and at least 1 Lloyd round), got {p.rounds}",
+            )
+
     def _check_privacy(self, fail: Callable[[str, str], None]) -> None:
         """Secure aggregation sums synchronous rounds of additive partials."""
         pv, p = self.privacy, self.protocol
@@ -1455,6 +1619,8 @@ class Scenario(_Strict):
                 )
         if self.algorithm.name in TENSOR_METHODS:
             self._check_tensor(fail)
+        if self.algorithm.name in DEEP_METHODS:
+            self._check_deep(fail)
         for i, t in enumerate(topo.tiers):
             for nid in t.periods:
                 parsed = _generated(nid)

@@ -47,6 +47,7 @@ RUN_SAMPLE = {  # one file per family of rules: each `fedstrata run` costs a sec
     "fraction-too-small.yaml",
     "fog-without-children.yaml",
     "algorithm-mvkm-ed.yaml",
+    "fmcsc-rounds-too-few.yaml",
     "several-problems.yaml",
     "missing-file",
     "directory",

@@ -132,8 +132,13 @@ def flat_parameters(net: nn.Module) -> np.ndarray:
 
 
 def load_parameters(net: nn.Module, flat: np.ndarray) -> None:
-    """Overwrite ``net``'s parameters from a flat float32 vector of the right length."""
-    vec = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32))
+    """Overwrite ``net``'s parameters with a copy of a flat float32 vector.
+
+    A copy: ``vector_to_parameters`` makes the parameters views of the vector, so
+    training would write into the caller's array (a global model other clients start
+    from, or a received message's buffer).
+    """
+    vec = torch.tensor(np.asarray(flat, dtype=np.float32))
     with torch.no_grad():
         torch.nn.utils.vector_to_parameters(vec, net.parameters())
 

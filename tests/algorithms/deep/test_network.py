@@ -80,3 +80,20 @@ def test_bad_hyper_parameters_are_refused(kwargs):
     base = {"method": "fmcsc", "n_clusters": 3, "dims": (3, 4)}
     with pytest.raises(ValidationError):
         DeepModel(**{**base, **kwargs})
+
+
+def test_training_a_loaded_network_leaves_the_source_vector_alone():
+    model = DeepModel("fmcsc", 3, (4, 5), hidden=(8,), latent=3, head=5)
+    flat = initial_parameters(model)
+    kept = flat.copy()
+    net = network_of(model)
+    load_parameters(net, flat)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(1.0)
+    assert np.array_equal(flat, kept)
+    # a read-only buffer (a decoded message) loads too
+    frozen = kept.copy()
+    frozen.flags.writeable = False
+    load_parameters(net, frozen)
+    assert np.array_equal(flat_parameters(net), kept)

@@ -373,7 +373,7 @@ class DeepAlgorithm(Algorithm):
         centroids, shift = lloyd_step(previous["centroids"], total["sums"], total["counts"])
         state["centroids"] = centroids
         objective = total["inertia"] / max(n, 1.0)
-        lloyds = step - model.train_rounds - 1
+        lloyds = step - model.rounds_before_kmeans
         if relative:
             steady = abs(previous_objective - objective) <= tol * max(abs(objective), 1e-300)
         else:

@@ -231,6 +231,7 @@ _DEEP_MODEL_KEYS = (
     "hidden",
     "latent",
     "head",
+    "pretrain_rounds",
     "train_rounds",
     "pretrain_epochs",
     "local_epochs",

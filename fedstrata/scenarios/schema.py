@@ -704,6 +704,7 @@ _DEEP_KEYS: dict[str, frozenset[str]] = {
     "hidden": frozenset(DEEP_METHODS),
     "latent": frozenset(DEEP_METHODS),
     "head": frozenset(DEEP_METHODS),
+    "pretrain_rounds": frozenset(DEEP_METHODS),
     "train_rounds": frozenset(DEEP_METHODS),
     "pretrain_epochs": frozenset(DEEP_METHODS),
     "copy_epochs": frozenset({"fmcsc"}),
@@ -720,8 +721,8 @@ _DEEP_KEYS: dict[str, frozenset[str]] = {
 DIMS_METHODS = TENSOR_METHODS + DEEP_METHODS
 """Algorithms whose model needs the views' feature counts (``model_of(sc, dims)``)."""
 
-DEEP_EXTRA_ROUNDS = 3
-"""Rounds a deep run takes besides ``train_rounds``: consensus pre-training, the k-means
+DEEP_EXTRA_ROUNDS = 2
+"""Rounds a deep run takes besides ``pretrain_rounds`` and ``train_rounds``: the k-means
 candidates and at least one Lloyd round."""
 
 
@@ -770,8 +771,9 @@ class AlgorithmSpec(_Strict):
     k-means, so ``m``, ``alpha``, ``kernel`` and ``center_update`` are refused. Their
     keys: ``hidden`` (each view's encoder layer widths; the decoder mirrors them),
     ``latent`` (per-view code size), ``head`` (projection and fusion head width),
-    ``train_rounds`` (training rounds after one consensus pre-training round),
-    ``pretrain_epochs`` (epochs of that round), ``local_epochs`` (epochs per training
+    ``pretrain_rounds`` (consensus pre-training rounds: reconstruction only, averaged),
+    ``train_rounds`` (training rounds after them), ``pretrain_epochs`` (epochs per
+    pre-training round), ``local_epochs`` (epochs per training
     round), ``copy_epochs`` (fmcsc: epochs a multi-view client fits each single-view
     global model, Eq. 6), ``batch_size``, ``lr`` (the optimiser's step size),
     ``temperature`` (τ of every contrastive loss), ``contrast_weight`` (efd-mvc: α of
@@ -779,9 +781,10 @@ class AlgorithmSpec(_Strict):
     σ of the single-view clients' augmentation, on [0, 1]-scaled inputs),
     ``kmeans_rounds`` (most Lloyd rounds of the final k-means) and ``mi_bins`` (fmcsc:
     histogram bins of its mutual-information weights). A run takes at least
-    ``train_rounds + 3`` protocol rounds (pre-training, training, k-means candidates,
-    one Lloyd round), with rule ``sum`` and synchronous rounds. Unset keys take
-    CPU-friendly defaults (hidden [256, 256], latent 20, head 256, train_rounds 5,
+    ``pretrain_rounds + train_rounds + 2`` protocol rounds (pre-training, training,
+    k-means candidates, one Lloyd round), with rule ``sum`` and synchronous rounds. Unset keys take
+    CPU-friendly defaults (hidden [256, 256], latent 20, head 256, pretrain_rounds 4,
+    train_rounds 5,
     pretrain_epochs 50, local_epochs 10, copy_epochs 5, batch_size 256, lr 0.001,
     temperature 0.5, contrast_weight 0.5, mu 0.01, noise 0.1, kmeans_rounds 20, mi_bins
     10); the papers' settings are hidden [500, 500, 2000], pretrain_epochs 250,
@@ -834,6 +837,7 @@ class AlgorithmSpec(_Strict):
     ) = None
     latent: Annotated[int, Field(ge=1, le=4096, description="1 .. 4096")] | None = None
     head: Annotated[int, Field(ge=1, le=8192, description="1 .. 8192")] | None = None
+    pretrain_rounds: Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")] | None = None
     train_rounds: Annotated[int, Field(ge=0, le=10_000, description="0 .. 10000")] | None = None
     pretrain_epochs: Annotated[int, Field(ge=0, le=100_000, description="0 .. 100000")] | None = (
         None
@@ -1515,14 +1519,15 @@ class Scenario(_Strict):
                 f"{name}'s pre-training, training and k-means phases need synchronous "
                 f"rounds: kind must be sync or adaptive, not {p.kind!r}",
             )
+        pre = DeepModel.pretrain_rounds if a.pretrain_rounds is None else a.pretrain_rounds
         train = DeepModel.train_rounds if a.train_rounds is None else a.train_rounds
-        need = train + DEEP_EXTRA_ROUNDS
+        need = pre + train + DEEP_EXTRA_ROUNDS
         if p.rounds < need:
             fail(
                 "protocol.rounds",
-                f"{name} needs at least train_rounds + {DEEP_EXTRA_ROUNDS} = {need} rounds "
-                f"(1 of consensus pre-training, {train} of training, 1 of k-means candidates "
-                f"and at least 1 Lloyd round), got {p.rounds}",
+                f"{name} needs at least pretrain_rounds + train_rounds + {DEEP_EXTRA_ROUNDS} = "
+                f"{need} rounds ({pre} of consensus pre-training, {train} of training, 1 of "
+                f"k-means candidates and at least 1 Lloyd round), got {p.rounds}",
             )
 
     def _check_privacy(self, fail: Callable[[str, str], None]) -> None:

@@ -42,6 +42,7 @@ algorithm:
   hidden: [32]
   latent: 8
   head: 16
+  pretrain_rounds: 1
   train_rounds: 2
   pretrain_epochs: 5
   local_epochs: 2

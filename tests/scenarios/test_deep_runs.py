@@ -29,6 +29,7 @@ algorithm:
   hidden: [24]
   latent: 8
   head: 16
+  pretrain_rounds: 1
   train_rounds: 2
   pretrain_epochs: 10
   local_epochs: 2

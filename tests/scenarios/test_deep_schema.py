@@ -33,6 +33,7 @@ algorithm:
   hidden: [64, 32]
   latent: 12
   head: 48
+  pretrain_rounds: 1
   train_rounds: 2
   pretrain_epochs: 7
   local_epochs: 3
@@ -59,7 +60,7 @@ algorithm:
   noise: 0
 protocol:
   kind: adaptive
-  rounds: 8
+  rounds: 11
 """
 
 
@@ -88,6 +89,7 @@ def test_fmcsc_keys_make_the_model_written_by_hand():
         hidden=(64, 32),
         latent=12,
         head=48,
+        pretrain_rounds=1,
         train_rounds=2,
         pretrain_epochs=7,
         local_epochs=3,
@@ -116,6 +118,7 @@ def test_efd_mvc_with_the_papers_network_and_defaults_else():
     assert (model.contrast_weight, model.mu, model.noise) == (0.25, 0.05, 0.0)
     # unset keys: the CPU-friendly defaults
     assert (model.latent, model.head, model.train_rounds) == (20, 256, 5)
+    assert model.pretrain_rounds == 4
     assert (model.batch_size, model.temperature, model.kmeans_rounds) == (256, 0.5, 20)
     assert (model.copy_epochs, model.mi_bins) == (5, 10)
     assert model.seed == 4
@@ -126,10 +129,11 @@ def test_nothing_set_is_the_default_model_with_the_scenarios_seed():
     assert model_of(sc, [2, 2]) == DeepModel("efd-mvc", 4, (2, 2), seed=9)
 
 
-def test_exactly_train_rounds_plus_three_rounds_is_enough():
-    parse_scenario(_deep("fmcsc", "protocol: {rounds: 8}\n"))  # 5 training rounds
-    parse_scenario(_deep("fmcsc", "protocol: {rounds: 3}\n", "  train_rounds: 0\n"))
-    parse_scenario(_deep("efd-mvc", "protocol: {kind: sync, rounds: 4}\n", "  train_rounds: 1\n"))
+def test_exactly_pretrain_rounds_plus_train_rounds_plus_two_rounds_is_enough():
+    parse_scenario(_deep("fmcsc", "protocol: {rounds: 11}\n"))  # 4 + 5 + 2
+    parse_scenario(_deep("fmcsc", "protocol: {rounds: 6}\n", "  train_rounds: 0\n"))
+    one = "  train_rounds: 1\n  pretrain_rounds: 1\n"
+    parse_scenario(_deep("efd-mvc", "protocol: {kind: sync, rounds: 4}\n", one))
 
 
 def test_a_shipped_style_file_validates_with_its_dataset(tmp_path):
@@ -229,11 +233,11 @@ WHY_SECURE = (
             "kind must be sync or adaptive, not 'buffered'",
         ),
         (
-            "protocol: {rounds: 7}\n",
+            "protocol: {rounds: 10}\n",
             "protocol.rounds",
-            "fmcsc needs at least train_rounds + 3 = 8 rounds (1 of consensus "
-            "pre-training, 5 of training, 1 of k-means candidates and at least 1 Lloyd "
-            "round), got 7",
+            "fmcsc needs at least pretrain_rounds + train_rounds + 2 = 11 rounds (4 of "
+            "consensus pre-training, 5 of training, 1 of k-means candidates and at least 1 "
+            "Lloyd round), got 10",
         ),
     ],
 )
@@ -244,13 +248,14 @@ def test_each_protocol_refusal_is_located(more, path, reason):
 
 
 def test_rounds_follow_train_rounds():
-    errors = _errors(_deep("efd-mvc", "protocol: {rounds: 12}\n", "  train_rounds: 10\n"))
+    more = "  train_rounds: 10\n  pretrain_rounds: 2\n"
+    errors = _errors(_deep("efd-mvc", "protocol: {rounds: 13}\n", more))
     assert errors == [
         (
             "protocol.rounds",
-            "efd-mvc needs at least train_rounds + 3 = 13 rounds (1 of consensus "
-            "pre-training, 10 of training, 1 of k-means candidates and at least 1 Lloyd "
-            "round), got 12",
+            "efd-mvc needs at least pretrain_rounds + train_rounds + 2 = 14 rounds (2 of "
+            "consensus pre-training, 10 of training, 1 of k-means candidates and at least 1 "
+            "Lloyd round), got 13",
         )
     ]
 

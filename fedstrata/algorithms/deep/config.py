@@ -56,8 +56,11 @@ class DeepModel:
 
     ``hidden``: widths of each view's encoder layers (the decoder mirrors them);
     ``latent``: the per-view code size (20 in both papers); ``head``: the width of the
-    projection heads ℋ^v and the fusion ℋ. A run has one consensus pre-training round
-    (reconstruction only, ``pretrain_epochs``), ``train_rounds`` training rounds of
+    projection heads ℋ^v and the fusion ℋ. A run has ``pretrain_rounds`` consensus
+    pre-training rounds (reconstruction only, ``pretrain_epochs`` each, averaged; the
+    papers relay one client's pre-trained network through the others, which a
+    synchronous round cannot, and one averaging round of independent pre-training
+    lost half the ARI of four on the digits), ``train_rounds`` training rounds of
     ``local_epochs`` each (FMCSC multi-view clients also fit ``copy_epochs`` on each
     single-view global model, Eq. 6), then federated k-means on the final embeddings:
     one round of local k-means++ candidates and at most ``kmeans_rounds`` Lloyd rounds.
@@ -73,6 +76,7 @@ class DeepModel:
     hidden: tuple[int, ...] = (256, 256)
     latent: int = 20
     head: int = 256
+    pretrain_rounds: int = 4
     train_rounds: int = 5
     pretrain_epochs: int = 50
     local_epochs: int = 10
@@ -106,6 +110,7 @@ class DeepModel:
         object.__setattr__(self, "hidden", hidden)
         _check_int("latent", self.latent, 1, 4096)
         _check_int("head", self.head, 1, 8192)
+        _check_int("pretrain_rounds", self.pretrain_rounds, 1, 10_000)
         _check_int("train_rounds", self.train_rounds, 0, 10_000)
         _check_int("pretrain_epochs", self.pretrain_epochs, 0, 100_000)
         _check_int("local_epochs", self.local_epochs, 1, 100_000)
@@ -124,6 +129,11 @@ class DeepModel:
     def n_views(self) -> int:
         """Number of views of the federation."""
         return len(self.dims)
+
+    @property
+    def rounds_before_kmeans(self) -> int:
+        """Pre-training plus training rounds: the step of the k-means candidates round."""
+        return self.pretrain_rounds + self.train_rounds
 
     @property
     def parameter_count(self) -> int:

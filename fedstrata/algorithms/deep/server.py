@@ -6,10 +6,10 @@ PyTorch. A run's global state is a dict ``{"step", "groups", "centroids"}``:
 vector, ``centroids`` is None until the k-means phase. The step counts completed
 rounds and names the phase of the next one (:func:`phase_of`):
 
-* ``pretrain`` (step 0): every client trains reconstruction only from the shared
-  seeded network; the sample-weighted average initialises every global model (the
-  papers' cross-client consensus pre-training, here as one averaging round);
-* ``train`` (steps 1 .. train_rounds): the method's round; each group is the weighted
+* ``pretrain`` (steps 0 .. pretrain_rounds − 1): every client trains reconstruction only,
+  from the shared seeded network first; the sample-weighted average goes to every
+  global model (the papers' cross-client consensus pre-training as averaging rounds);
+* ``train`` (the next train_rounds steps): the method's round; each group is the weighted
   average of the uploads for it (FMCSC Eq. 10, EFD-MVC Eqs. 9-10), or unchanged if
   nobody uploaded one;
 * ``candidates``: clients send weighted k-means++ candidates of their fused features;
@@ -50,11 +50,11 @@ def groups_of(model: DeepModel) -> tuple[str, ...]:
 
 def phase_of(model: DeepModel, step: int) -> str:
     """``pretrain``, ``train``, ``candidates`` or ``lloyd``: what round ``step + 1`` does."""
-    if step == 0:
+    if step < model.pretrain_rounds:
         return "pretrain"
-    if step <= model.train_rounds:
+    if step < model.rounds_before_kmeans:
         return "train"
-    if step == model.train_rounds + 1:
+    if step == model.rounds_before_kmeans:
         return "candidates"
     return "lloyd"
 

@@ -19,7 +19,14 @@ from fedstrata.plugins.deep import DeepAlgorithm
 from fedstrata.wire import VERSION, Envelope, decode, encode
 from tests.algorithms.conftest import blobs
 
-TINY = {"pretrain_rounds": 1, "hidden": (16,), "latent": 4, "head": 8, "pretrain_epochs": 30, "local_epochs": 5}
+TINY = {
+    "pretrain_rounds": 1,
+    "hidden": (16,),
+    "latent": 4,
+    "head": 8,
+    "pretrain_epochs": 30,
+    "local_epochs": 5,
+}
 
 
 def _federation(method, view_sets, seed=0, **kw):

@@ -207,7 +207,7 @@ def upload_bytes(
 
     Built by real :class:`~fedstrata.plugins.deep.DeepLearner` objects: a setup round
     (a full- and a single-view client), the configuration, then ``update`` on the
-    step-1 model (a training round). Epochs do not change sizes: one of each is run.
+    first training round's model. Epochs do not change sizes: one of each is run.
     """
     from fedstrata.plugins.deep import DeepAlgorithm
 
@@ -228,7 +228,7 @@ def upload_bytes(
     merged = alg.merge_setup([lr.setup()[0] for lr in learners.values()], rng)
     state, extras, complete = alg.after_setup(merged, None)
     assert complete, "the setup round left a view without a range"
-    body = alg.model_body(dict(state, step=1), extras)
+    body = alg.model_body(dict(state, step=model.pretrain_rounds), extras)  # a training round
     P = alg.parameters
     out = {}
     for kind, lr in learners.items():

@@ -216,8 +216,13 @@ def test_bandwidth_makes_the_fit_independent_of_feature_units():
     scaled = [views[0] * 1e4, views[1] * np.array([1e-3, 1.0, 1e3])]
     a = HKMVFC(3, random_state=0).fit(views)
     b = HKMVFC(3, random_state=0).fit(scaled)
-    np.testing.assert_array_equal(a.labels_, b.labels_)
-    np.testing.assert_allclose(a.memberships_, b.memberships_, rtol=1e-6, atol=1e-9)
+    # the same partition; the cluster numbering may differ: several restarts reach the
+    # same objective up to rounding, and which of them wins depends on the last bits
+    # (on this machine the scaled fit keeps another restart, with clusters 1 and 2 swapped)
+    order = [int(np.bincount(b.labels_[a.labels_ == k]).argmax()) for k in range(3)]
+    assert sorted(order) == [0, 1, 2]
+    np.testing.assert_array_equal(np.asarray(order)[a.labels_], b.labels_)
+    np.testing.assert_allclose(a.memberships_, b.memberships_[:, order], rtol=1e-6, atol=1e-9)
     assert adjusted_rand_score(y, a.labels_) > 0.8
 
 

@@ -81,6 +81,13 @@ def _make_estimator(name: str, n_clusters: int, seed: int, **params: Any) -> Any
         "fedhk-tucker": "FedHKTucker",
         "fedhk-mvc-person": "FedHKMVCPerson",
     }
+    from fedstrata.algorithms.deep import DEEP_METHODS
+
+    if name in DEEP_METHODS:
+        raise ValidationError(
+            f"{name} runs only as a federation: write a scenario with algorithm.name: {name} "
+            "and use fedstrata run"
+        )
     if name not in factories:
         raise ValidationError(f"unknown algorithm {name!r}; choose one of {', '.join(factories)}")
     return getattr(algorithms, factories[name])(n_clusters, random_state=seed, **params)

@@ -58,6 +58,11 @@ def tiny(tmp_path):
         (("--bogus",), "No such option: --bogus"),
         (("cluster", "--n-init", "many"), "Invalid value for '--n-init'"),
         (("cluster", "--algorithm", "bogus"), "error: unknown algorithm 'bogus'"),
+        (
+            ("cluster", "--algorithm", "fmcsc"),
+            "error: fmcsc runs only as a federation: write a scenario with algorithm.name: "
+            "fmcsc and use fedstrata run",
+        ),
         (("cluster", "--dataset", "bogus"), "error: unknown dataset 'bogus'"),
         (("cluster", "--m", "0.5"), "error: HKMVFC: parameter 'm' must be > 1.0, got 0.5"),
         (

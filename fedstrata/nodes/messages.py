@@ -50,6 +50,7 @@ __all__ = [
     "decompress_partial",
     "params_partial",
     "read_candidates",
+    "read_int",
     "read_references",
     "read_state",
     "references_body",
@@ -112,7 +113,8 @@ def _arrays(
     return out
 
 
-def _int(body: dict[str, Any], key: str, minimum: int = 0) -> int:
+def read_int(body: dict[str, Any], key: str, minimum: int = 0) -> int:
+    """Body field ``key`` as an int >= ``minimum`` (WireError otherwise; bools refused)."""
     value = body.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise WireError(f"body field {key!r} must be an int >= {minimum}")
@@ -177,7 +179,7 @@ def read_references(body: dict[str, Any], shape: Shape) -> list[KernelReference 
                 _array(item, "min", (d,)),
                 _array(item, "max", (d,)),
                 _array(item, "sum", (d,)),
-                _int(item, "count", 1),
+                read_int(item, "count", 1),
                 sq_dev=sq_dev,
             )
         )
@@ -229,7 +231,7 @@ def to_stats(body: dict[str, Any], shape: Shape) -> Stats:
         view_costs=_array(body, "costs", (shape.n_views,)),
         cluster_mass=_array(body, "mass", (shape.n_clusters,)),
         view_counts=_array(body, "counts", (shape.n_views,)).astype(np.int64),
-        n_samples=_int(body, "n"),
+        n_samples=read_int(body, "n"),
     )
 
 
@@ -287,8 +289,8 @@ def _check_plain(body: dict[str, Any], shape: Shape) -> str:
     mode = body.get("mode")
     if mode not in ("stats", "params", "items"):
         raise WireError(f"unknown update mode {mode!r}")
-    _int(body, "n")
-    _int(body, "contributors", 1)
+    read_int(body, "n")
+    read_int(body, "contributors", 1)
     J = body.get("objective")
     if not isinstance(J, float) or not np.isfinite(J):
         raise WireError("body field 'objective' must be a finite float")
@@ -308,7 +310,7 @@ def _check_plain(body: dict[str, Any], shape: Shape) -> str:
                 raise WireError("each item must be a map")
             _arrays(item, "centers", cd, optional=True)
             _array(item, "view_weights", (shape.n_views,))
-            _int(item, "n")
+            read_int(item, "n")
     return mode
 
 

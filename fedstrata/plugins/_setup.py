@@ -26,7 +26,7 @@ from fedstrata.nodes.messages import (
     references_body,
 )
 
-__all__ = ["check_setup_body", "merge_setup_bodies", "setup_body"]
+__all__ = ["SharedSetupRound", "check_setup_body", "merge_setup_bodies", "setup_body"]
 
 
 def setup_body(
@@ -71,3 +71,22 @@ def merge_setup_bodies(
         centers, w = reduce_candidates(views, weights, shape.n_clusters, rng)
         merged["init"], merged["init_w"] = centers, w
     return merged
+
+
+class SharedSetupRound:
+    """``check_setup`` and ``merge_setup`` of a plug-in that uses this setup round.
+
+    Mixed into an :class:`~fedstrata.nodes.algorithm.Algorithm` that has ``shape``.
+    """
+
+    shape: Shape
+
+    def check_setup(self, body: dict[str, Any]) -> None:
+        """References and candidates must parse (WireError otherwise)."""
+        check_setup_body(body, self.shape)
+
+    def merge_setup(
+        self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
+    ) -> dict[str, Any]:
+        """Pooled references and the candidates reduced to ``n_clusters`` (k-means++)."""
+        return merge_setup_bodies(bodies, self.shape, rng)

@@ -40,12 +40,12 @@ from fedstrata.algorithms.deep.server import (
 )
 from fedstrata.algorithms.kernels import KernelReference, kernel_reference
 from fedstrata.algorithms.seeding import local_candidates
-from fedstrata.algorithms.tensor._common import minmax_scale_views
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.nodes.algorithm import Algorithm, Learner, Step
+from fedstrata.nodes.algorithm import Algorithm, Step
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import Shape, read_references
-from fedstrata.plugins._setup import check_setup_body, merge_setup_bodies, setup_body
+from fedstrata.nodes.messages import Shape, read_int, read_references
+from fedstrata.plugins._scaled import ScaledViewsLearner, scale_with_ranges
+from fedstrata.plugins._setup import SharedSetupRound, setup_body
 
 if TYPE_CHECKING:
     from fedstrata.algorithms.deep.training import DeepClient
@@ -54,10 +54,6 @@ __all__ = ["DeepAlgorithm", "DeepLearner", "deep_algorithm"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-
-
-def _scaled(views: Sequence[np.ndarray], refs: Sequence[KernelReference]) -> list[np.ndarray]:
-    return minmax_scale_views(views, [r.minimum for r in refs], [r.maximum for r in refs])
 
 
 def _round_seed(model: DeepModel, node_id: str, step: int) -> int:
@@ -86,41 +82,10 @@ def _number(value: Any, what: str, minimum: float = 0.0) -> float:
     return float(value)
 
 
-def _count(body: dict[str, Any], key: str, minimum: int = 0) -> int:
-    n = body.get(key)
-    if type(n) is not int or n < minimum:
-        raise WireError(f"body field {key!r} must be an int >= {minimum}")
-    return n
-
-
-class DeepLearner(Learner):
+class DeepLearner(ScaledViewsLearner):
     """A client's views and its :class:`~fedstrata.algorithms.deep.training.DeepClient`."""
 
-    def __init__(
-        self,
-        algorithm: DeepAlgorithm,
-        views: Sequence[np.ndarray],
-        view_ids: Sequence[int],
-        rng: np.random.Generator,
-        node_id: str,
-    ) -> None:
-        shape = algorithm.shape
-        self.algorithm = algorithm
-        self.views = [np.asarray(v, dtype=np.float64) for v in views]
-        self.view_ids = tuple(view_ids)
-        if (
-            not self.views
-            or len(self.view_ids) != len(self.views)
-            or any(
-                not 0 <= g < shape.n_views or shape.dims[g] != v.shape[1]
-                for g, v in zip(self.view_ids, self.views, strict=True)
-            )
-        ):
-            raise NodeProtocolError(f"client {node_id}: views do not match view_ids/dims")
-        self.rng = rng
-        self.node_id = node_id
-        self.n_samples = self.views[0].shape[0]
-        self._client: DeepClient | None = None
+    algorithm: DeepAlgorithm
 
     def _flops(self, epochs: int, models: int = 1) -> float:
         # forward + backward ≈ 6 flops per parameter and sample
@@ -131,22 +96,9 @@ class DeepLearner(Learner):
         body = setup_body(self.views, self.view_ids, self.algorithm.shape, self.rng, spread=False)
         return body, float(10 * self.n_samples * sum(v.shape[1] for v in self.views))
 
-    def configure(self, extras: dict[str, Any]) -> None:
-        """Scale the views with the pooled ranges and build the torch client."""
-        a = self.algorithm
-        refs = read_references(extras, a.shape) if "refs" in extras else None
-        if refs is None or any(refs[g] is None for g in self.view_ids):
-            raise WireError("the configuration has no range for a view this client holds")
-        self._client = a.client(self.views, self.view_ids, [refs[g] for g in self.view_ids])
-
-    def _ready(self) -> DeepClient:
-        if self._client is None:
-            raise WireError("a model arrived before the run's configuration")
-        return self._client
-
     def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """The round's partial: trained models, k-means candidates or Lloyd sums."""
-        a, client = self.algorithm, self._ready()
+        a, client = self.algorithm, self.client_state
         state, _ = a.read_model(body)
         step, model = state["step"], a.model
         phase = phase_of(model, step)
@@ -196,7 +148,7 @@ class DeepLearner(Learner):
         its own features (labels not aligned across clients; the record says so by a
         low score).
         """
-        a, client = self.algorithm, self._ready()
+        a, client = self.algorithm, self.client_state
         state, _ = a.read_model(body)
         E = client.embed(state["groups"])
         return {"labels": _assign(E, state["centroids"], a.model, self.rng)}, self._flops(1) / 3
@@ -211,7 +163,7 @@ def _assign(
     return d.argmin(axis=1).astype(np.int64)
 
 
-class DeepAlgorithm(Algorithm):
+class DeepAlgorithm(SharedSetupRound, Algorithm):
     """The aggregators' half: weighted averages of networks and federated k-means."""
 
     additive = False
@@ -239,7 +191,7 @@ class DeepAlgorithm(Algorithm):
         require_torch()
         from fedstrata.algorithms.deep.training import DeepClient
 
-        return DeepClient(self.model, _scaled(views, refs), view_ids)
+        return DeepClient(self.model, scale_with_ranges(views, refs), view_ids)
 
     def learner(
         self,
@@ -257,16 +209,6 @@ class DeepAlgorithm(Algorithm):
     def needs_setup(self, fixed_init: bool) -> bool:
         """Always: every client scales its views with the pooled ranges."""
         return True
-
-    def check_setup(self, body: dict[str, Any]) -> None:
-        """Ranges and candidates must parse."""
-        check_setup_body(body, self.shape)
-
-    def merge_setup(
-        self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
-    ) -> dict[str, Any]:
-        """Pooled ranges (the candidates are merged too and not used)."""
-        return merge_setup_bodies(bodies, self.shape, rng)
 
     def after_setup(
         self, merged: dict[str, Any], state: Any | None
@@ -307,8 +249,8 @@ class DeepAlgorithm(Algorithm):
             _number(body.get("inertia"), "inertia")
         else:
             raise WireError("expected a deep partial (deep-train, deep-candidates, deep-lloyd)")
-        _count(body, "n")
-        _count(body, "contributors", 1)
+        read_int(body, "n")
+        read_int(body, "contributors", 1)
 
     def combine(self, partials: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Sums of models and weights, concatenated candidates, or summed Lloyd sums."""

@@ -34,15 +34,16 @@ from fedstrata.algorithms.tensor import (
     message_shapes,
     model_shapes,
 )
-from fedstrata.algorithms.tensor._common import minmax_scale_views
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.nodes.algorithm import Algorithm, Learner, Step
+from fedstrata.nodes.algorithm import Algorithm, Step
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.messages import (
     Shape,
+    read_int,
     read_references,
 )
-from fedstrata.plugins._setup import check_setup_body, merge_setup_bodies, setup_body
+from fedstrata.plugins._scaled import ScaledViewsLearner, scale_with_ranges
+from fedstrata.plugins._setup import SharedSetupRound, setup_body
 from fedstrata.privacy.layout import Layout, SummedField
 
 if TYPE_CHECKING:
@@ -51,11 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["TensorAlgorithm", "TensorLearner", "tensor_algorithm"]
 
 _F64 = np.dtype(np.float64)
-
-
-def _scaled(views: Sequence[np.ndarray], refs: Sequence[KernelReference]) -> list[np.ndarray]:
-    """Each view min-max scaled with its pooled per-feature range."""
-    return minmax_scale_views(views, [r.minimum for r in refs], [r.maximum for r in refs])
 
 
 def _read_arrays(
@@ -77,37 +73,10 @@ def _read_arrays(
     return out
 
 
-def _count(body: dict[str, Any], key: str, minimum: int = 0) -> int:
-    n = body.get(key)
-    if type(n) is not int or n < minimum:
-        raise WireError(f"body field {key!r} must be an int >= {minimum}")
-    return n
-
-
-class TensorLearner(Learner):
+class TensorLearner(ScaledViewsLearner):
     """A client's views and its :class:`TensorClient` (previous factors, λ, ρ)."""
 
-    def __init__(
-        self,
-        algorithm: TensorAlgorithm,
-        views: Sequence[np.ndarray],
-        view_ids: Sequence[int],
-        rng: np.random.Generator,
-        node_id: str,
-    ) -> None:
-        shape = algorithm.shape
-        self.algorithm = algorithm
-        self.views = [np.asarray(v, dtype=np.float64) for v in views]
-        self.view_ids = tuple(view_ids)
-        if len(self.view_ids) != len(self.views) or any(
-            not 0 <= g < shape.n_views or shape.dims[g] != v.shape[1]
-            for g, v in zip(self.view_ids, self.views, strict=True)
-        ):
-            raise NodeProtocolError(f"client {node_id}: views do not match view_ids/dims")
-        self.rng = rng
-        self.node_id = node_id
-        self.n_samples = self.views[0].shape[0]
-        self._client: TensorClient | None = None
+    algorithm: TensorAlgorithm
 
     def _flops(self, epochs: int) -> float:
         a = self.algorithm
@@ -120,24 +89,11 @@ class TensorLearner(Learner):
         body = setup_body(self.views, self.view_ids, shape, self.rng, spread=False)
         return body, self._flops(10)
 
-    def configure(self, extras: dict[str, Any]) -> None:
-        """Scale the views with the pooled ranges (``refs``) and start the local state."""
-        a = self.algorithm
-        refs = read_references(extras, a.shape) if "refs" in extras else None
-        if refs is None or any(refs[g] is None for g in self.view_ids):
-            raise WireError("the configuration has no range for a view this client holds")
-        self._client = a.client(self.views, self.view_ids, [refs[g] for g in self.view_ids])
-
-    def _ready(self) -> TensorClient:
-        if self._client is None:
-            raise WireError("a model arrived before the run's configuration")
-        return self._client
-
     def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Local epochs from the body's global model; the pre-weighted additive message."""
         a = self.algorithm
         glob, _ = a.read_model(body)
-        msg = self._ready().step(glob)
+        msg = self.client_state.step(glob)
         partial = {
             "mode": "tensor",
             "stats": [np.asarray(msg[k], dtype=np.float64) for k in a.message_shapes],
@@ -149,10 +105,10 @@ class TensorLearner(Learner):
     def finish(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """Each local sample's cluster under the final global model."""
         glob, _ = self.algorithm.read_model(body)
-        return {"labels": self._ready().labels(glob)}, self._flops(1)
+        return {"labels": self.client_state.labels(glob)}, self._flops(1)
 
 
-class TensorAlgorithm(Algorithm):
+class TensorAlgorithm(SharedSetupRound, Algorithm):
     """The aggregators' half: sums of pre-weighted messages, then the paper's server rule."""
 
     additive = True
@@ -179,7 +135,7 @@ class TensorAlgorithm(Algorithm):
         """A :class:`TensorClient` over views scaled with the pooled ranges ``refs``."""
         from fedstrata.algorithms.tensor.client import TensorClient  # tensorly: on first use
 
-        scaled = _scaled(views, refs)
+        scaled = scale_with_ranges(views, refs)
         return TensorClient(self.model, scaled, view_ids)
 
     def learner(
@@ -199,16 +155,6 @@ class TensorAlgorithm(Algorithm):
         """Always: every client needs the pooled ranges its views are scaled with."""
         return True
 
-    def check_setup(self, body: dict[str, Any]) -> None:
-        """Ranges and candidates must parse."""
-        check_setup_body(body, self.shape)
-
-    def merge_setup(
-        self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
-    ) -> dict[str, Any]:
-        """Pooled ranges and the candidates reduced to ``n_clusters``."""
-        return merge_setup_bodies(bodies, self.shape, rng)
-
     def after_setup(
         self, merged: dict[str, Any], state: Any | None
     ) -> tuple[Any | None, dict[str, Any], bool]:
@@ -217,7 +163,7 @@ class TensorAlgorithm(Algorithm):
         extras = {"refs": merged["refs"]}
         complete = not any(r is None for r in refs)
         if complete and state is None and len(merged.get("init_w", ())) == self.shape.n_clusters:
-            centers = _scaled(merged["init"], refs)
+            centers = scale_with_ranges(merged["init"], refs)
             state = initial_global(self.model, centers)
         return state, extras, complete
 
@@ -228,8 +174,8 @@ class TensorAlgorithm(Algorithm):
         if body.get("mode") != "tensor":
             raise WireError("expected a tensor partial")
         _read_arrays(body, "stats", self.message_shapes)
-        _count(body, "n")
-        _count(body, "contributors", 1)
+        read_int(body, "n")
+        read_int(body, "contributors", 1)
 
     def combine(self, partials: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Elementwise sums of the messages and counts."""

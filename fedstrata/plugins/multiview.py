@@ -76,7 +76,10 @@ from fedstrata.nodes.messages import (
     sum_partials,
     to_stats,
 )
-from fedstrata.plugins._setup import check_setup_body, merge_setup_bodies, setup_body
+from fedstrata.plugins._setup import (
+    SharedSetupRound,
+    setup_body,
+)
 from fedstrata.privacy.layout import Layout, SummedField
 
 __all__ = [
@@ -474,7 +477,7 @@ class MultiViewLearner(Learner):
         return result, self._flops(iters)
 
 
-class _MultiView(Algorithm):
+class _MultiView(SharedSetupRound, Algorithm):
     """What both combine rules share: the setup round, model bodies, finiteness."""
 
     compressions = ("float32", "float16", "qsgd")
@@ -511,16 +514,6 @@ class _MultiView(Algorithm):
     def needs_setup(self, fixed_init: bool) -> bool:
         """A setup round unless the references are local and the initial model is given."""
         return self.protocol.kernel_scope == "global" or not fixed_init
-
-    def check_setup(self, body: dict[str, Any]) -> None:
-        """References and candidates must parse."""
-        check_setup_body(body, self.shape)
-
-    def merge_setup(
-        self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
-    ) -> dict[str, Any]:
-        """Pooled references and the candidates reduced to ``n_clusters`` (k-means++)."""
-        return merge_setup_bodies(bodies, self.shape, rng)
 
     def after_setup(
         self, merged: dict[str, Any], state: Any | None

@@ -41,6 +41,7 @@ from fedstrata.sim.log import check_invariants
 from fedstrata.sim.state import Status
 
 __all__ = [
+    "dropped_report",
     "evaluate_state",
     "resolved_scenario",
     "run_scenario",
@@ -164,7 +165,11 @@ def _outcome(fed: Federation, interrupted: bool) -> tuple[str, str, State | None
         t = fed.sim.now
         return RunStatus.INTERRUPTED.value, f"interrupted at virtual time {t:.6g} s", state, rounds
     if fed.sim.engine.nodes[root_id].status is Status.CRASHED:
-        reason = f"the root {root_id!r} crashed and did not come back; no round can close"
+        why = next(
+            (c["reason"] for c in reversed(fed.sim.engine.crashes) if c["node"] == root_id), None
+        )
+        detail = f" ({why})" if why and why != "crash fault" else ""
+        reason = f"the root {root_id!r} crashed{detail} and did not come back; no round can close"
     else:
         reason = f"the run ran out of events before the root {root_id!r} finished"
     return RunStatus.STALLED.value, reason, state, rounds
@@ -278,6 +283,8 @@ def simulate(
         "per_tier": per_tier,
         "warnings": [f"{k} (x{n})" if n > 1 else k for k, n in sorted(caught.items())],
         "failed_rounds": _failed_rounds(rows),
+        "crashed": [dict(c) for c in sim.engine.crashes],
+        "dropped": dropped_report(sim.records, fed.tiers, network=sim.engine.drop_tiers),
     }
     fed.final_state = final_state
     fed.final_labels = labels
@@ -288,6 +295,83 @@ def simulate(
     if privacy is not None:
         summary["privacy"] = privacy
     return fed, summary, rows
+
+
+#: Record kinds a node emits for a message it did not take, and the reason they count
+#: under when the record has neither ``category`` nor ``reason``.
+DROP_RECORD_KINDS = {
+    "dropped": "dropped",
+    "rejected": "rejected",
+    "duplicate": "duplicate",
+    "late": "late",
+}
+#: Longest reason key of the ``dropped`` block (free-text reasons are cut there).
+_REASON_KEY_MAX = 80
+
+
+def _drop_key(kind: str, fields: dict[str, Any]) -> str:
+    """The reason a node's drop record counts under: its category, else its reason."""
+    key = fields.get("category")
+    if not isinstance(key, str) or not key:
+        key = DROP_RECORD_KINDS[kind] if kind in ("duplicate", "late") else fields.get("reason")
+    if not isinstance(key, str) or not key:
+        key = DROP_RECORD_KINDS[kind]
+    key = " ".join(key.split())
+    return key if len(key) <= _REASON_KEY_MAX else key[: _REASON_KEY_MAX - 3] + "..."
+
+
+def dropped_report(
+    records: Sequence[dict[str, Any]],
+    tiers: dict[str, str],
+    *,
+    network: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """The ``dropped`` block of a run's summary: messages that were not taken, by reason.
+
+    Two sources, counted per tier of the node that lost or refused the message:
+
+    * ``nodes``: what the nodes refused, from their ``dropped``, ``rejected``,
+      ``duplicate`` and ``late`` records, under the record's ``category`` when it
+      has one (``garbage``, ``malformed``, ``unsigned``, ``forged``,
+      ``unknown_sender``, ``wrong_run``, ``wrong_topic``, ``replay``, ``late``,
+      ``duplicate``), else its ``reason`` (cut to 80 characters), else its kind;
+    * ``network``: what never reached a node (``network``: tier → reason → count):
+      the simulator's drop reasons (``loss``, ``outage``, ``offline``, ``crashed``,
+      ``finished``, ``dropout``, ``max_retries``) or an emulated link's ``loss``.
+
+    ``by_reason`` and ``per_tier`` add both up; ``total`` is their sum. The same on
+    every transport: see ``docs/records.md``.
+    """
+    nodes: dict[str, dict[str, int]] = {}
+    for rec in records:
+        kind = rec["kind"]
+        if kind not in DROP_RECORD_KINDS:
+            continue
+        f = rec["fields"]
+        tier = tiers.get(str(f.get("node", rec["node"])), tiers.get(rec["node"], "unknown"))
+        row = nodes.setdefault(tier, {})
+        key = _drop_key(kind, f)
+        row[key] = row.get(key, 0) + 1
+    per_tier: dict[str, dict[str, int]] = {}
+    for source in (nodes, network or {}):
+        for tier, counts in source.items():
+            row = per_tier.setdefault(tier, {})
+            for key, n in counts.items():
+                row[key] = row.get(key, 0) + n
+    by_reason: Counter[str] = Counter()
+    for counts in per_tier.values():
+        by_reason.update(counts)
+
+    def total(source: dict[str, dict[str, int]]) -> int:
+        return sum(n for counts in source.values() for n in counts.values())
+
+    return {
+        "total": sum(by_reason.values()),
+        "by_reason": dict(sorted(by_reason.items())),
+        "per_tier": {t: dict(sorted(c.items())) for t, c in sorted(per_tier.items())},
+        "refused_by_nodes": total(nodes),
+        "lost_in_network": total(network or {}),
+    }
 
 
 def privacy_report(

@@ -64,7 +64,7 @@ from fedstrata.sim.state import (
     TimerEvent,
 )
 
-__all__ = ["DROP_KINDS", "DROP_REASONS", "Engine"]
+__all__ = ["DROP_KINDS", "DROP_REASONS", "Engine", "error_reason"]
 
 #: Every reason a drop can be logged with.
 DROP_REASONS = (
@@ -173,6 +173,10 @@ class Engine:
         self.timers_fired = 0
         self.drops: dict[str, int] = {}  # by reason
         self.drop_kinds: dict[str, dict[str, int]] = {}  # by kind, then reason
+        #: Every crash of a node, in order: ``{"node", "t", "reason"}`` (faults and
+        #: nodes whose ``handle`` raised).
+        self.crashes: list[dict[str, Any]] = []
+        self.drop_tiers: dict[str, dict[str, int]] = {}  # by tier of ``ns``, then reason
         self._mid = 0
         self._token = 0
         self._topics_ok: set[str] = set()
@@ -255,6 +259,10 @@ class Engine:
         if by_reason is None:
             by_reason = self.drop_kinds[kind] = {}
         by_reason[reason] = by_reason.get(reason, 0) + 1
+        by_tier = self.drop_tiers.get(ns.tier)
+        if by_tier is None:
+            by_tier = self.drop_tiers[ns.tier] = {}
+        by_tier[reason] = by_tier.get(reason, 0) + 1
         ns.dropped += 1
         kinds = ns.drop_kinds
         if kinds is None:
@@ -546,7 +554,11 @@ class Engine:
         if ns.busy:
             ns.wait(ev)
             return
-        effects = ns.node.handle(ev)
+        try:
+            effects = ns.node.handle(ev)
+        except Exception as exc:  # a node's bug or an unchecked body: a crash of that node
+            self.node_failed(ns, exc)
+            return
         if effects:
             self._apply(ns, effects, 0)
 
@@ -577,18 +589,46 @@ class Engine:
         if ns.busy:
             ns.wait(ev)
             return
-        effects = ns.node.handle(ev)
+        try:
+            effects = ns.node.handle(ev)
+        except Exception as exc:  # a node's bug or an unchecked body: a crash of that node
+            self.node_failed(ns, exc)
+            return
         if effects:
             self._apply(ns, effects, 0)
 
     # ------------------------------------------------------------------ node effects
+
+    def node_failed(self, ns: NodeState, exc: BaseException) -> None:
+        """Crash ``ns`` because its ``handle`` raised ``exc``: the run goes on without it.
+
+        The node is treated exactly as under a crash fault (its wills are published,
+        its timers and queued events dropped, messages to it dropped as ``crashed``),
+        without a restart. A ``node_crashed`` record and the ``crash`` event carry the
+        reason: the exception's type and first line of its message.
+        """
+        reason = error_reason(exc)
+        self.records.append(
+            {
+                "t": self.env.now,
+                "node": ns.node_id,
+                "kind": "node_crashed",
+                "fields": {"node": ns.node_id, "reason": reason, "error": type(exc).__name__},
+                "wire_bytes": dict(self.tier_bytes),
+            }
+        )
+        lifecycle.crash(self, ns, None, None, reason=reason)
 
     def feed(self, ns: NodeState, event: Event) -> None:
         """Hand ``event`` to the node now, or queue it while the node is computing."""
         if ns.busy:
             ns.wait(event)
             return
-        effects = ns.node.handle(event)
+        try:
+            effects = ns.node.handle(event)
+        except Exception as exc:
+            self.node_failed(ns, exc)
+            return
         if effects:
             self._apply(ns, effects, 0)
 
@@ -642,7 +682,11 @@ class Engine:
             now = self.env.now
             if ev.now != now:
                 ev = dataclasses.replace(ev, now=now)  # the node's clock is the handling time
-            out = ns.node.handle(ev)
+            try:
+                out = ns.node.handle(ev)
+            except Exception as exc:
+                self.node_failed(ns, exc)
+                return
             if out:
                 self._apply(ns, out, 0)
 
@@ -733,6 +777,14 @@ class Engine:
         if self.events is not None:
             self.log("timer", ns.node_id, ns.node_id, name=ev.name)
         self.feed(ns, TimerFired(now=now, name=ev.name))
+
+
+def error_reason(exc: BaseException, limit: int = 300) -> str:
+    """``"Type: message"`` of an exception, on one line and at most ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _pair(fwd: dict[Port, Hop], port: Port, hop: Hop) -> None:

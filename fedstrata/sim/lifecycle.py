@@ -80,8 +80,13 @@ def crash(
     ns: NodeState,
     restart_after: float | None,
     factory: Callable[[], Any] | None,
+    *,
+    reason: str = "crash fault",
 ) -> None:
     """End the node's session uncleanly now; maybe restart it ``restart_after`` seconds later.
+
+    ``reason`` (why it crashed) goes into :attr:`Engine.crashes` and the ``crash``
+    event.
 
     Its wills are published, its timers, queued events and Compute are
     dropped, and messages in flight to it are dropped when they arrive
@@ -99,8 +104,16 @@ def crash(
     ns.pending = None
     eng.live -= len(ns.timers)
     ns.timers.clear()
+    eng.crashes.append(
+        {
+            "node": ns.node_id,
+            "t": round(now, 9),
+            "reason": reason,
+            "restarts": restart_after is not None,
+        }
+    )
     if eng.events is not None:
-        eng.log("crash", ns.node_id, ns.node_id)
+        eng.log("crash", ns.node_id, ns.node_id, reason=reason)
     for port in ns.ports:
         will = port.broker.disconnect(port, clean=False)
         if will is not None:

@@ -695,8 +695,17 @@ def broker_config(
     monitor_user: str | None = typer.Option(
         None, "--monitor-user", help="A user allowed to read $SYS/# (broker counters)."
     ),
+    pin_client_ids: bool | None = typer.Option(
+        None,
+        "--pin-client-ids/--no-pin-client-ids",
+        help="Client id := user name (one session per user: nobody takes over another "
+        "node's session) [default: on with --password-file].",
+    ),
 ) -> None:
-    """Write a Mosquitto config for one site, and its ACL file next to it (FILE.acl)."""
+    """Write a Mosquitto config for one site, and its ACL file next to it (FILE.acl).
+
+    The ACL holds every node of the site's subtree (the root's site: every node).
+    """
     from fedstrata.broker.config import acl_text, bridge_text, mosquitto_conf
     from fedstrata.errors import ValidationError
 
@@ -734,6 +743,7 @@ def broker_config(
             tls_cert=None if tls_cert is None else tls_cert.resolve(),
             tls_key=None if tls_key is None else tls_key.resolve(),
             bridge=bridge,
+            pin_client_ids=pin_client_ids,
         )
         acl = acl_text(parents, tier_of, site=site, monitor_user=monitor_user)
     except ValidationError as exc:

@@ -1,41 +1,65 @@
 """Generate a ready Mosquitto configuration (and its ACL) for one site of a deployment.
 
 >>> conf = mosquitto_conf("fog-0", port=1883, acl_file="fog-0.acl")   # doctest: +SKIP
->>> acl = acl_text(scenario, site="fog-0")                            # doctest: +SKIP
+>>> acl = acl_text(parents, tier_of, site="fog-0")                    # doctest: +SKIP
 
 Pure text generation: ``fedstrata broker config`` writes the files.
 
-Access rules (``acl_file``), with every client logging in with its node id as user
-name (``client-0``, ``fog-1``, ``cloud``) and the topic scheme of
-:mod:`fedstrata.mqtt` (``fs/{run}/{tier}/{group}/up|down|config``, the group being
-the aggregator's node id, and ``fs/{run}/presence/{node}``); the run id is any
-(``+``), since every run gets a fresh one:
+**Who is who.** Every node logs in with its node id as MQTT user name (``client-0``,
+``fog-1``, ``cloud``), authenticated by the broker's ``password_file``. The ACL binds
+each topic to the one user allowed to write it, and with ``pin_client_ids`` the
+broker replaces every client id by the user name (``use_username_as_clientid``), so
+no user can open, resume or take over another user's session either (without it, a
+client of user ``client-1`` connecting with ``client-0``'s client id disconnects
+``client-0`` and discards its queued messages: tried on Mosquitto 2.0.11). MQTT
+carries no publisher identity to the subscribers (neither 3.1.1 nor 5), so what the
+broker guarantees is *who may publish on which topic*; a node knows who sent a
+message from the topic it arrived on, never from the payload.
 
-* for everyone (``pattern`` lines, ``%u`` the user name): an aggregator reads its
-  own group's ``up`` (``fs/+/+/%u/up``) and writes its own group's ``down`` and
-  ``config`` (``fs/+/+/%u/down``, ``fs/+/+/%u/config``: the models and the run's
-  configuration) and its secure-aggregation messages to each member
-  (``fs/+/+/%u/to/+``); every node writes its own presence (``fs/+/presence/%u``);
-* per node (``user`` sections, from the scenario's topology): a node with parent
-  ``P`` of tier ``T`` writes ``fs/+/T/P/up`` and reads ``fs/+/T/P/down``,
-  ``fs/+/T/P/config`` and its own ``fs/+/T/P/to/{node}``; an aggregator reads its
-  children's presence topics.
+**Access rules** (``acl_file``), for the topic scheme of :mod:`fedstrata.mqtt`
+(``fs/{run}/{tier}/{group}/up|down|config|to/{node}``, the group being the
+aggregator's node id, and ``fs/{run}/presence/{node}``); the run id is any (``+``),
+since every run gets a fresh one. From the scenario's topology, one ``user``
+section per node:
 
-Anything else is denied: a client cannot publish another group's ``up``, any
-``down`` or ``config``, or someone else's presence, and reads nothing but its
-parent's ``down`` and ``config``.
-With MQTT 3.1.1 a denied PUBLISH is acknowledged and silently dropped; a denied
-read means the message is simply not delivered.
+* an aggregator ``A`` of tier ``T`` reads its group's updates (``fs/+/T/A/up``),
+  writes its group's models and configuration (``fs/+/T/A/down``,
+  ``fs/+/T/A/config``) and its secure-aggregation messages to each member
+  (``fs/+/T/A/to/+``), and reads its children's presence topics;
+* a node with parent ``P`` of tier ``T`` writes its updates to ``fs/+/T/P/up``
+  and reads ``fs/+/T/P/down``, ``fs/+/T/P/config`` and its own ``fs/+/T/P/to/{node}``;
+* every user writes its own presence topic only (``pattern write fs/+/presence/%u``).
+
+Anything else is denied: nobody but ``A`` writes ``A``'s ``down``, ``config`` or
+``to/`` topics, or reads another member's ``to/`` topic; a node cannot publish into
+another group, or on someone else's presence topic.
+
+**What it cannot bind yet.** The children of one aggregator share its ``up`` topic,
+so an authenticated child can publish an update whose envelope claims to come from a
+sibling; the broker cannot look into payloads. With ``per_node_up`` each child
+writes only ``fs/+/T/P/up/{node}`` and the aggregator reads ``fs/+/T/P/up/+``: the
+topic then names the sender and the broker enforces it. The nodes still publish on
+the shared ``up`` (:func:`fedstrata.mqtt.up_topic`), so :data:`PER_NODE_UP` is
+off until they publish on ``up/{node}`` and check that an envelope's ``sender`` is
+the topic's last level.
+
+With MQTT 3.1.1 a denied PUBLISH is acknowledged and silently dropped (MQTT 5:
+PUBACK reason code 0x87); a denied read means the message is simply not delivered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 from fedstrata.errors import ValidationError
 
-__all__ = ["acl_text", "bridge_text", "mosquitto_conf", "parse_host_port"]
+__all__ = ["PER_NODE_UP", "acl_text", "bridge_text", "mosquitto_conf", "parse_host_port"]
+
+#: Whether children publish their updates on per-node topics ``.../up/{node}``
+#: (then the broker binds an update's sender) instead of the group's shared ``up``.
+#: It must match the nodes' topic scheme (:func:`fedstrata.mqtt.up_topic`): an ACL
+#: for per-node topics denies every update of nodes that publish on the shared one.
+PER_NODE_UP = False
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
@@ -63,12 +87,23 @@ def _check_name(what: str, value: str) -> str:
     return value
 
 
-def _site_nodes(parents: dict[str, str], site: str | None) -> set[str] | None:
-    """The nodes that connect to ``site``'s broker: the site and its children."""
-    if site is None:
-        return None
-    members = {site} | {n for n, p in parents.items() if p == site}
-    return members if len(members) > 1 or site in parents else None
+def _site_nodes(children: dict[str, list[str]], nodes: set[str], site: str | None) -> set[str]:
+    """The nodes that may connect to ``site``'s broker: the site's whole subtree.
+
+    A single broker for the federation is the root's site (or a site that is no
+    node, such as ``lab``): every node of every tier. A fog site's broker gets the
+    fog node and everything below it; entries of nodes that connect elsewhere in a
+    bridged deployment stay unused (they grant each node its own topics only).
+    """
+    if site is None or site not in nodes:
+        return nodes
+    keep, todo = set(), [site]
+    while todo:
+        node = todo.pop()
+        if node not in keep:
+            keep.add(node)
+            todo += children.get(node, [])
+    return keep
 
 
 def acl_text(
@@ -77,6 +112,7 @@ def acl_text(
     *,
     site: str | None = None,
     monitor_user: str | None = None,
+    per_node_up: bool | None = None,
 ) -> str:
     """Return a Mosquitto ``acl_file`` for the topic scheme (see the module docstring).
 
@@ -84,60 +120,96 @@ def acl_text(
     ----------
     parents
         The parent of every node but the root (``Wiring.parents``); ``None`` writes
-        the ``pattern`` rules only (then no client can publish its updates: add the
-        ``user`` sections by hand).
+        ``pattern`` rules bound to the user name only (an aggregator's own group
+        topics and everyone's presence; with ``per_node_up`` also every node's own
+        ``up/{node}`` in any group): no child can then publish on a shared ``up``.
     tier_of
         The tier of every aggregator (``Wiring.tier_of``).
     site
-        Keep only the ``user`` sections of the nodes that connect to this site's
-        broker (the site and its children); all nodes when it is not an aggregator.
+        Keep only the ``user`` sections of the site's subtree (the site and every
+        node below it, all tiers); every node when ``site`` is ``None``, the root,
+        or no node of the topology.
     monitor_user
         A user that may read ``$SYS/#`` (the broker counters of
         :mod:`fedstrata.broker.sysstats`).
+    per_node_up
+        Children publish on ``.../up/{node}`` (the broker binds an update's sender)
+        instead of the shared ``.../up``; default :data:`PER_NODE_UP`.
+
+    Raises
+    ------
+    ValidationError
+        If a node id is not a valid single topic level or an aggregator's tier is
+        unknown.
 
     """
+    per_node = PER_NODE_UP if per_node_up is None else per_node_up
+    up_read = "up/+" if per_node else "up"
     lines = [
-        "# fedstrata ACL: user name = node id; topics fs/{run}/{tier}/{group}/up|down|config",
-        "# and fs/{run}/presence/{node}; '+' matches any run id.",
-        "# aggregators: read their group's up, write their group's down and config",
-        "pattern read fs/+/+/%u/up",
-        "pattern write fs/+/+/%u/down",
-        "pattern write fs/+/+/%u/config",
-        "pattern write fs/+/+/%u/to/+",
-        "# everyone: write its own presence",
+        "# fedstrata ACL (generated by fedstrata broker config). User name = node id;",
+        "# topics fs/{run}/{tier}/{group}/up|down|config|to/{node} and",
+        "# fs/{run}/presence/{node}, '+' matching any run id. Everything not granted is denied.",
+        "# everyone: write its own presence topic, nobody else's",
         "pattern write fs/+/presence/%u",
-        "",
     ]
+    if not per_node:
+        lines += [
+            "# children share their parent's up topic: the broker cannot tell which child",
+            "# an update claims to come from (only signatures can)",
+        ]
+    if parents is None:
+        lines += [
+            "# aggregators (by user name): their group's updates, models, configuration",
+            f"pattern read fs/+/+/%u/{up_read}",
+            "pattern write fs/+/+/%u/down",
+            "pattern write fs/+/+/%u/config",
+            "pattern write fs/+/+/%u/to/+",
+        ]
+        if per_node:
+            lines.append("pattern write fs/+/+/+/up/%u")
+    lines.append("")
     if monitor_user is not None:
         lines += [f"user {_check_name('monitor user', monitor_user)}", "topic read $SYS/#", ""]
     if parents is None:
         return "\n".join(lines)
     tiers = tier_of or {}
-    keep = _site_nodes(parents, site)
     children: dict[str, list[str]] = {}
     for child, parent in parents.items():
         children.setdefault(parent, []).append(child)
-    nodes: Iterable[str] = sorted(set(parents) | set(children), key=_natural)
-    for node in nodes:
-        if keep is not None and node not in keep:
-            continue
+    nodes = set(parents) | set(children) | set(tiers)
+    keep = _site_nodes(children, nodes, site)
+    for node in sorted(keep, key=_natural):
+        _check_name("node id", node)
         section = []
+        if node in children or node in tiers:
+            tier = tiers.get(node)
+            if tier is None:
+                raise ValidationError(f"no tier known for aggregator {node!r}")
+            group = f"fs/+/{_check_name('tier', tier)}/{node}"
+            section += [
+                f"topic read {group}/{up_read}",
+                f"topic write {group}/down",
+                f"topic write {group}/config",
+                f"topic write {group}/to/+",
+            ]
+            section += [
+                f"topic read fs/+/presence/{c}"
+                for c in sorted(children.get(node, []), key=_natural)
+            ]
         parent = parents.get(node)
         if parent is not None:
             tier = tiers.get(parent)
             if tier is None:
                 raise ValidationError(f"no tier known for {parent!r}, the parent of {node!r}")
+            group = f"fs/+/{_check_name('tier', tier)}/{_check_name('node id', parent)}"
             section += [
-                f"topic write fs/+/{tier}/{parent}/up",
-                f"topic read fs/+/{tier}/{parent}/down",
-                f"topic read fs/+/{tier}/{parent}/config",
-                f"topic read fs/+/{tier}/{parent}/to/{node}",
+                f"topic write {group}/up" + (f"/{node}" if per_node else ""),
+                f"topic read {group}/down",
+                f"topic read {group}/config",
+                f"topic read {group}/to/{node}",
             ]
-        section += [
-            f"topic read fs/+/presence/{c}" for c in sorted(children.get(node, []), key=_natural)
-        ]
         if section:
-            lines += [f"user {_check_name('node id', node)}", *section, ""]
+            lines += [f"user {node}", *section, ""]
     return "\n".join(lines)
 
 
@@ -154,6 +226,7 @@ def bridge_text(
     cloud_id: str | None = None,
     cloud_tier: str = "cloud",
     remote_username: str | None = None,
+    per_node_up: bool | None = None,
 ) -> str:
     """Return the bridge section connecting ``site``'s broker to the broker at ``remote``.
 
@@ -163,10 +236,13 @@ def bridge_text(
     presence (out);
     without it every topic of the run (``fs/{run}/#``) is bridged both ways.
     The remote broker sees the bridge as the user ``remote_username`` (the site's
-    node id by default), so its ACL for that node applies to the bridge.
+    node id by default), so its ACL for that node applies to the bridge. With
+    ``per_node_up`` (default :data:`PER_NODE_UP`) the site's updates go out on the
+    parent group's ``up/{site}``, the one ``up`` topic the site's user may write.
     """
     host, port = parse_host_port(remote)
     _check_name("site", site)
+    per_node = PER_NODE_UP if per_node_up is None else per_node_up
     if run != "+":
         _check_name("run", run)
     lines = [
@@ -186,7 +262,7 @@ def bridge_text(
     else:
         group = f"fs/{run}/{_check_name('tier', cloud_tier)}/{_check_name('cloud id', cloud_id)}"
         lines += [
-            f"topic {group}/up out 1",
+            f"topic {group}/up{f'/{site}' if per_node else ''} out 1",
             f"topic {group}/down in 1",
             f"topic {group}/config in 1",
             f"topic {group}/to/{site} in 1",
@@ -207,6 +283,7 @@ def mosquitto_conf(
     tls_key: str | Path | None = None,
     bridge: str | None = None,
     sys_interval: int = 1,
+    pin_client_ids: bool | None = None,
 ) -> str:
     """Return a ``mosquitto.conf`` for one site.
 
@@ -218,6 +295,14 @@ def mosquitto_conf(
     required). Without ``password_file`` clients connect anonymously or with any
     user name they claim, so the ACL then guards only against mistakes, not against
     impostors.
+
+    ``pin_client_ids`` (default: on with a ``password_file``) sets
+    ``use_username_as_clientid``: the broker uses each client's user name as its
+    client id, so a user cannot take over (disconnect, resume, drain) another user's
+    session by claiming its client id, and clients without a user name are refused.
+    It also means one connection per user: a second connection with the same
+    credentials (a watcher logged in as a node while the node runs) disconnects the
+    first. It is not reloaded by SIGHUP.
     """
     _check_name("site", site)
     if not 1 <= port <= 65535:
@@ -239,10 +324,17 @@ def mosquitto_conf(
             lines.append(f"cafile {tls_ca}")
         lines += [f"certfile {tls_cert}", f"keyfile {tls_key}", "require_certificate false"]
     lines.append("")
+    pin = password_file is not None if pin_client_ids is None else pin_client_ids
     if password_file is not None:
         lines += ["allow_anonymous false", f"password_file {password_file}"]
     else:
         lines += ["# no password_file: user names are not authenticated", "allow_anonymous true"]
+    if pin:
+        lines += [
+            "# one session per user: the client id is replaced by the (authenticated) user",
+            "# name, so nobody can take over another node's session with its client id",
+            "use_username_as_clientid true",
+        ]
     if acl_file is not None:
         lines.append(f"acl_file {acl_file}")
     text = "\n".join(lines) + "\n"

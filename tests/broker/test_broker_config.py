@@ -36,19 +36,104 @@ def _as_root(conf):
         conf.write_text(conf.read_text() + "user root\n")
 
 
+def _sections(acl):
+    """The ACL's ``user`` sections: user -> its ``topic`` lines, in order."""
+    out, user = {}, None
+    for line in acl.splitlines():
+        if line.startswith("user "):
+            user = line.split(" ", 1)[1]
+            out[user] = []
+        elif line.startswith("topic ") and user is not None:
+            out[user].append(line)
+        elif not line.strip():
+            user = None
+    return out
+
+
 def test_acl_rules_per_site():
     acl = acl_text(PARENTS, TIERS, site="fog-0")
-    assert "pattern read fs/+/+/%u/up" in acl and "pattern write fs/+/+/%u/down" in acl
-    assert "pattern write fs/+/presence/%u" in acl
-    assert "user client-0\ntopic write fs/+/fog/fog-0/up\ntopic read fs/+/fog/fog-0/down" in acl
-    # the run's configuration (sent once, retained): the aggregator writes, children read
-    assert "pattern write fs/+/+/%u/config" in acl
-    assert "topic read fs/+/fog/fog-0/down\ntopic read fs/+/fog/fog-0/config" in acl
-    assert "user fog-0\ntopic write fs/+/cloud/cloud/up" in acl
+    sections = _sections(acl)
+    # a fog site: the fog node and its clients, nobody of fog-1's subtree, not the root
+    assert sorted(sections) == ["client-0", "client-1", "fog-0"]
+    assert sections["client-0"] == [
+        "topic write fs/+/fog/fog-0/up",
+        "topic read fs/+/fog/fog-0/down",
+        "topic read fs/+/fog/fog-0/config",
+        "topic read fs/+/fog/fog-0/to/client-0",
+    ]
+    assert sections["fog-0"] == [
+        # its own group, as the aggregator
+        "topic read fs/+/fog/fog-0/up",
+        "topic write fs/+/fog/fog-0/down",
+        "topic write fs/+/fog/fog-0/config",
+        "topic write fs/+/fog/fog-0/to/+",
+        "topic read fs/+/presence/client-0",
+        "topic read fs/+/presence/client-1",
+        # its parent's group, as a member
+        "topic write fs/+/cloud/cloud/up",
+        "topic read fs/+/cloud/cloud/down",
+        "topic read fs/+/cloud/cloud/config",
+        "topic read fs/+/cloud/cloud/to/fog-0",
+    ]
+    # presence is bound to the user name; no catch-all aggregator patterns with a
+    # topology (a client's user must not own fs/+/+/client-0/down, say)
+    patterns = [line for line in acl.splitlines() if line.startswith("pattern")]
+    assert patterns == ["pattern write fs/+/presence/%u"]
     assert "client-2" not in acl  # connects to fog-1's broker
-    everyone = acl_text(PARENTS, TIERS)
-    assert "user client-3" in everyone and "topic read fs/+/presence/fog-1" in everyone
-    assert "\nuser " not in acl_text()
+
+
+def test_single_broker_site_gets_every_tier():
+    # the root's site (one broker for the federation): every node of every tier,
+    # the clients under the fogs included (they had no entry before: updates dropped)
+    root = _sections(acl_text(PARENTS, TIERS, site="cloud"))
+    everyone = _sections(acl_text(PARENTS, TIERS))
+    lab = _sections(acl_text(PARENTS, TIERS, site="lab"))  # no node: every node too
+    assert sorted(root) == sorted(everyone) == sorted(lab) == sorted([*PARENTS, "cloud"])
+    assert root == everyone == lab
+    assert root["client-3"][0] == "topic write fs/+/fog/fog-1/up"
+    assert root["cloud"][:4] == [
+        "topic read fs/+/cloud/cloud/up",
+        "topic write fs/+/cloud/cloud/down",
+        "topic write fs/+/cloud/cloud/config",
+        "topic write fs/+/cloud/cloud/to/+",
+    ]
+    # a four-tier site: the region's subtree, two levels down
+    parents = {**PARENTS, "fog-0": "region-0", "fog-1": "region-0", "region-0": "cloud"}
+    tiers = {**TIERS, "region-0": "region"}
+    region = _sections(acl_text(parents, tiers, site="region-0"))
+    assert sorted(region) == sorted(set(parents) - {"region-0"} | {"region-0"})
+    assert "topic write fs/+/region/region-0/up" in region["fog-1"]
+    assert "topic write fs/+/cloud/cloud/up" in region["region-0"]
+
+
+def test_acl_with_per_node_up_topics_binds_the_sender():
+    acl = acl_text(PARENTS, TIERS, per_node_up=True)
+    sections = _sections(acl)
+    for child, parent in PARENTS.items():
+        tier = TIERS[parent]
+        writes = [line for line in sections[child] if line.startswith("topic write")]
+        # the one up topic a child may write is the one naming it
+        ups = [line for line in writes if "/up" in line]
+        assert ups == [f"topic write fs/+/{tier}/{parent}/up/{child}"], child
+    assert "topic read fs/+/fog/fog-0/up/+" in sections["fog-0"]
+    assert "topic read fs/+/cloud/cloud/up/+" in sections["cloud"]
+    assert "cannot tell which child" not in acl
+    shared = acl_text(PARENTS, TIERS, per_node_up=False)
+    assert "cannot tell which child" in shared  # the file says what it does not bind
+    # without a topology: only rules bound to the user name
+    bare = acl_text(per_node_up=True)
+    assert "\nuser " not in bare
+    assert "pattern write fs/+/+/+/up/%u" in bare and "pattern read fs/+/+/%u/up/+" in bare
+    assert "pattern read fs/+/+/%u/up\n" in acl_text(per_node_up=False)
+
+
+def test_acl_refuses_bad_node_ids():
+    with pytest.raises(ValidationError, match="no tier known"):
+        acl_text(PARENTS, {"cloud": "cloud"})
+    with pytest.raises(ValidationError):
+        acl_text({"client 0": "cloud"}, {"cloud": "cloud"})
+    with pytest.raises(ValidationError):
+        acl_text({"client-0": "cloud"}, {"cloud": "cloud"}, monitor_user="a/b")
 
 
 def test_conf_and_bridge_text():
@@ -71,10 +156,18 @@ def test_conf_and_bridge_text():
         "keyfile /k",
     ):
         assert line in conf.splitlines()
+    # with a password file the client id is the user name (no session takeover)
+    assert "use_username_as_clientid true" in conf.splitlines()
+    assert "use_username_as_clientid" not in mosquitto_conf("x")  # unauthenticated names
+    assert "use_username_as_clientid" not in mosquitto_conf(
+        "x", password_file="/p", pin_client_ids=False
+    )
     br = bridge_text("fog-0", "cloud.example:8883", cloud_id="cloud")
     assert "address cloud.example:8883" in br and "topic fs/+/cloud/cloud/up out 1" in br
     assert "topic fs/+/cloud/cloud/down in 1\ntopic fs/+/cloud/cloud/config in 1" in br
     assert "topic fs/r1/# both 1" in bridge_text("fog-0", "h:1", run="r1")
+    per_node = bridge_text("fog-0", "h:1", cloud_id="cloud", per_node_up=True)
+    assert "topic fs/+/cloud/cloud/up/fog-0 out 1" in per_node.splitlines()
     with pytest.raises(ValidationError):
         mosquitto_conf("fog-0", tls_cert="/c")
     with pytest.raises(ValidationError):
@@ -120,9 +213,15 @@ async def _scenario(port):
             ("fs/r1/fog/fog-0/up", b"ok"),
         ],
     )
+    # one session per user (use_username_as_clientid): fog-0's publisher takes over
+    # fog-0's watcher, so it may only connect once the watcher has its message
+    for _ in range(100):
+        if fog0_up:
+            break
+        await asyncio.sleep(0.05)
     await _publish(port, "fog-0", [("fs/r1/fog/fog-0/down", b"state")])
     for _ in range(100):
-        if fog0_up and down:
+        if down:
             break
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.3)

@@ -60,7 +60,7 @@ from fedstrata.nodes.runconfig import (
     model_config,
     read_config,
 )
-from fedstrata.nodes.sealing import PLAIN, Seal, rejected
+from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember, member_answer
 from fedstrata.privacy.secagg import ServerPhase
 from fedstrata.privacy.signing import AuthenticationError
@@ -186,7 +186,10 @@ class AggregatorNode:
             compressions=self.algorithm.compressions,
         )
         self.clients_below = clients_below
-        self._seal = seal or PLAIN
+        # the seal checks the run, topic and sender of every message it decodes
+        self._seal = (seal or PLAIN).bind(
+            protocol.run, aggregator_routes(protocol.run, tier, node_id, children, parent)
+        )
         if not self.algorithm.additive and self.strategy.needs_additive:
             raise NodeProtocolError(
                 f"protocol kind {self.strategy.kind!r} mixes additive partials; "
@@ -300,7 +303,7 @@ class AggregatorNode:
             return [Record(kind="peer_lost", fields={"node": self.node_id, "peer": event.node_id})]
         if isinstance(event, Delivered):
             try:
-                env = self._seal.decode(event.payload)
+                env = self._seal.decode(event.payload, event.topic)
                 if event.topic == self._up():
                     return self._on_update(env, len(event.payload))
                 if event.topic == self._topics[4]:
@@ -341,7 +344,7 @@ class AggregatorNode:
         )
         return Publish(
             topic=self._topics[3],
-            payload=self._seal.wrap(payload),
+            payload=self._seal.wrap(payload, self._topics[3]),
             qos=self.protocol.qos,
             retain=True,
         )
@@ -388,7 +391,7 @@ class AggregatorNode:
             sender=self.node_id,
             body=body,
         )
-        payload = self._seal.encode(env)
+        payload = self._seal.encode(env, self._down())
         if collect and self._secure is not None:  # the setup's share of the broadcast
             plain = {k: v for k, v in body.items() if k != "secagg"}
             bare = dataclasses.replace(env, body=plain)
@@ -537,10 +540,10 @@ class AggregatorNode:
             sender=self.node_id,
             body={**message, "sub": self.sub},
         )
-        payload = self._seal.encode(env)
+        topic = member_topic(self.protocol.run, self.tier, self.node_id, member)
+        payload = self._seal.encode(env, topic)
         assert self._secure is not None
         self._secure.count(message, len(payload))
-        topic = member_topic(self.protocol.run, self.tier, self.node_id, member)
         return Publish(topic=topic, payload=payload, qos=self.protocol.qos)
 
     def _secure_fields(self, session: SecureCollection, failure: str) -> dict[str, Any]:
@@ -893,7 +896,11 @@ class AggregatorNode:
             sender=self.node_id,
             body={**reply, "sub": sub},
         )
-        return Publish(topic=self._topics[2], payload=self._seal.encode(env), qos=self.protocol.qos)
+        return Publish(
+            topic=self._topics[2],
+            payload=self._seal.encode(env, self._topics[2]),
+            qos=self.protocol.qos,
+        )
 
     def _forward(self, partial: dict[str, Any]) -> list[Effect]:
         """Send a partial up: in the clear, or as this member's masked input."""
@@ -939,7 +946,7 @@ class AggregatorNode:
         )
         return Publish(
             topic=self._topics[2],
-            payload=self._seal.encode(env),
+            payload=self._seal.encode(env, self._topics[2]),
             qos=self.protocol.qos,
         )
 

@@ -37,7 +37,7 @@ from fedstrata.nodes.events import (
 )
 from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.runconfig import model_config, read_config
-from fedstrata.nodes.sealing import PLAIN, Seal, rejected
+from fedstrata.nodes.sealing import PLAIN, Seal, client_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
 from fedstrata.privacy.signing import AuthenticationError
 
@@ -158,7 +158,10 @@ class ClientNode:
         self.learner = self.algorithm.learner(
             self.views, view_ids=self.view_ids, rng=self.rng, node_id=node_id
         )
-        self._seal = seal or PLAIN
+        # the seal checks the run, topic and sender of every message it decodes
+        self._seal = (seal or PLAIN).bind(
+            protocol.run, client_routes(protocol.run, parent, node_id)
+        )
         self.state = ClientState.NEW
         self._seen: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
@@ -202,7 +205,7 @@ class ClientNode:
             return []
         if isinstance(event, Delivered):
             try:
-                env = self._seal.decode(event.payload, decode_shared)
+                env = self._seal.decode(event.payload, event.topic, decode_shared)
                 if event.topic == self._config_topic:
                     return self._on_config(env)
                 if event.topic == self._member_topic:
@@ -227,7 +230,7 @@ class ClientNode:
         )
         return Publish(
             topic=self._up_topic,
-            payload=self._seal.encode(env),
+            payload=self._seal.encode(env, self._up_topic),
             qos=self.protocol.qos,
         )
 

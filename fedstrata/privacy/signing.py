@@ -5,23 +5,31 @@ Signed message layout
 ::
 
     offset  size  field
-    0       64    Ed25519 signature (RFC 8032) over CONTEXT || payload
+    0       64    Ed25519 signature (RFC 8032) over the signed context (below)
     64      rest  payload, unchanged (typically a fedstrata.wire envelope)
 
 The overhead is exactly :data:`SIGNATURE_BYTES` = 64 bytes per message. Nothing
-else is added: no tag, version byte or key id. The receiver knows the claimed
-sender from the transport (topic) or from the envelope, and looks up that
-sender's public key. The signature covers :data:`CONTEXT` followed by the payload.
-:data:`CONTEXT` is a fixed domain-separation prefix and is not transmitted, so a
-fedstrata signature can never pass as a signature for another protocol that uses
-the same key, or the reverse. The layout is that of libsodium's combined mode
-(``crypto_sign``). Because of the prefix, plain ``crypto_sign_open`` of the bytes
-does not verify them; use :class:`Verifier`.
+else is added: no tag, version byte or key id. The signature covers, and only these
+bytes are signed (none but the payload is sent)::
+
+    CONTEXT || uint16 big-endian len(topic) || topic (UTF-8) || payload
+
+:data:`CONTEXT` is a fixed domain-separation prefix, so a fedstrata signature can
+never pass as a signature for another protocol that uses the same key, or the
+reverse. The topic is the MQTT topic the message is published on, so a message
+re-published on another topic no longer verifies (``forged``); with the envelope's
+``run``, ``round``, ``sender`` and ``body`` inside the payload, the signature binds
+the run, the topic, the sender, the round and the body together. The receiver
+knows the claimed sender from the envelope, looks up that sender's public key, and
+verifies with the topic the message arrived on. Plain ``crypto_sign_open`` of the
+bytes does not verify them; use :class:`Verifier`.
 
 The signature authenticates the bytes, not who the payload claims to be. After
 :meth:`Verifier.verify`, the caller must check that the decoded envelope's
-``sender`` is the sender it verified against, then pass the envelope's
-``(sender, kind, round)`` to :class:`ReplayGuard`.
+``sender`` is the sender it verified against, that its ``run`` is the receiver's
+run and that the sender may speak on the topic, then pass the envelope's
+``(sender, kind, round)`` to :class:`ReplayGuard`
+(:class:`fedstrata.nodes.sealing.Seal` does all of it).
 
 Rejections
 ----------
@@ -31,11 +39,16 @@ carries ``reason``, one of :data:`REASONS`:
 
 - ``unknown_sender``: no public key is registered for the claimed sender. This is
   checked first.
-- ``unsigned``: the data is shorter than a signature, so it cannot be signed.
+- ``unsigned``: the data is shorter than a signature, so it cannot be signed (the
+  seal also says so of a bare envelope).
 - ``forged``: the signature does not verify. This covers any modified byte, a
-  wrong key, a truncation that leaves at least 64 bytes, and unsigned data of 64
-  bytes or more.
+  wrong key, a truncation that leaves at least 64 bytes, unsigned data of 64 bytes
+  or more, and a message received on another topic than it was signed for.
 - ``replay``: :class:`ReplayGuard` has already seen this message or a later one.
+- ``wrong_run``, ``wrong_topic``, ``wrong_sender``: raised by
+  :class:`~fedstrata.nodes.sealing.Seal` (signed or not) for an envelope of another
+  run, a topic the node does not listen to or that does not carry this kind, and a
+  sender who may not publish on that topic.
 
 Both classes count their outcomes by reason in ``counts``.
 
@@ -45,9 +58,11 @@ Keys
 devices the seed lives in a key file, written by :meth:`NodeKeys.save` as 64
 lowercase hex digits and a newline, with mode 0600. :meth:`NodeKeys.load` accepts
 that, or exactly 32 raw bytes, and refuses a file that group or others can access
-(as OpenSSH does). In simulations, :func:`derive_seed` gives every node a
-reproducible seed from the scenario's master seed. Such keys are only as secret as
-the master seed.
+(as OpenSSH does). A run over a real broker generates fresh keys per run
+(:meth:`NodeKeys.generate`) or reads key files. In simulations, :func:`derive_seed`
+gives every node a reproducible seed from the scenario's master seed: such keys are
+only as secret as the master seed, which is public, so they protect nothing outside
+a simulation.
 """
 
 from __future__ import annotations
@@ -80,6 +95,7 @@ __all__ = [
     "Verifier",
     "derive_seed",
     "sign",
+    "signed_context",
 ]
 
 SIGNATURE_BYTES: Final = 64
@@ -91,10 +107,24 @@ SEED_BYTES: Final = 32
 PUBLIC_KEY_BYTES: Final = 32
 """Size of an Ed25519 public key."""
 
-CONTEXT: Final = b"fedstrata/signed-message/v1\x00"
-"""The domain-separation prefix that is signed in front of every payload and is not sent."""
+CONTEXT: Final = b"fedstrata/signed-message/v2\x00"
+"""The domain-separation prefix signed in front of the topic and the payload; not sent.
 
-REASONS: Final = ("unsigned", "forged", "unknown_sender", "replay")
+v2 binds the topic (v1 signed ``CONTEXT || payload``): a v1 signature never verifies.
+"""
+
+MAX_TOPIC_BYTES: Final = 65_535
+"""The longest topic that can be signed: an MQTT topic's limit (MQTT 3.1.1 §1.5.3)."""
+
+REASONS: Final = (
+    "unsigned",
+    "forged",
+    "unknown_sender",
+    "replay",
+    "wrong_run",
+    "wrong_topic",
+    "wrong_sender",
+)
 """Every value of :attr:`AuthenticationError.reason`."""
 
 _PERSON: Final = b"fedstrata-sign"  # BLAKE2b personalisation (at most 16 bytes)
@@ -185,10 +215,10 @@ class NodeKeys:
     def __repr__(self) -> str:
         return f"NodeKeys(public_key={self.public_key.hex()})"
 
-    def sign(self, payload: bytes) -> bytes:
-        """``signature || payload``. This is the same as :func:`sign`."""
+    def sign(self, payload: bytes, topic: str) -> bytes:
+        """``signature || payload`` for a message published on ``topic`` (as :func:`sign`)."""
         body = _bytes("payload", payload)
-        return self._key.sign(CONTEXT + body).signature + body
+        return self._key.sign(signed_context(topic, body)).signature + body
 
     # -- key files ------------------------------------------------------------
 
@@ -265,11 +295,23 @@ def _write_private(fd: int, data: bytes) -> None:
 # signing and verifying
 
 
-def sign(payload: bytes, keys: NodeKeys) -> bytes:
-    """``signature || payload``: 64 bytes more than ``payload`` (see the module docstring)."""
+def signed_context(topic: str, payload: bytes) -> bytes:
+    """The bytes a signature covers: ``CONTEXT || uint16 BE len(topic) || topic || payload``.
+
+    The length prefix keeps topic and payload apart: no other (topic, payload) pair
+    gives the same bytes.
+    """
+    name = _text("topic", topic).encode("utf-8")
+    if len(name) > MAX_TOPIC_BYTES:
+        raise ValidationError(f"topic is {len(name)} bytes, more than {MAX_TOPIC_BYTES}")
+    return CONTEXT + len(name).to_bytes(2, "big") + name + payload
+
+
+def sign(payload: bytes, keys: NodeKeys, topic: str) -> bytes:
+    """``signature || payload`` for ``topic``: 64 bytes more than ``payload`` (module docstring)."""
     if not isinstance(keys, NodeKeys):
         raise ValidationError(f"keys must be NodeKeys, got {type(keys).__name__}")
-    return keys.sign(payload)
+    return keys.sign(payload, topic)
 
 
 class Verifier:
@@ -307,14 +349,16 @@ class Verifier:
         self.counts[reason] += 1
         return AuthenticationError(reason, sender, detail)
 
-    def verify(self, data: bytes, sender: str) -> bytes:
-        """Return the payload of ``data`` signed by ``sender``.
+    def verify(self, data: bytes, sender: str, topic: str) -> bytes:
+        """Return the payload of ``data``, signed by ``sender`` for ``topic``.
 
         Raises :class:`AuthenticationError` with reason ``unknown_sender``,
-        ``unsigned`` or ``forged``, checked in that order.
+        ``unsigned`` or ``forged``, checked in that order (``forged`` also when
+        ``data`` was signed for another topic).
         """
         blob = _bytes("data", data)
         who = _text("sender", sender)
+        _text("topic", topic)
         key = self._keys.get(who)
         if key is None:
             raise self._reject("unknown_sender", who)
@@ -322,7 +366,7 @@ class Verifier:
             raise self._reject("unsigned", who, f"{len(blob)} bytes, shorter than a signature")
         payload = blob[SIGNATURE_BYTES:]
         try:
-            key.verify(CONTEXT + payload, blob[:SIGNATURE_BYTES])
+            key.verify(signed_context(topic, payload), blob[:SIGNATURE_BYTES])
         except BadSignatureError:
             raise self._reject("forged", who, "bad signature") from None
         self.counts["accepted"] += 1

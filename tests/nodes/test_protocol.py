@@ -212,7 +212,9 @@ def test_update_from_stranger_is_foreign():
         kind="update", run="t", round=0, tier="edge", sender="mallory", body={"mode": "setup"}
     )
     out = cloud.handle(Delivered(now=1.0, topic="fs/t/cloud/cloud/up", payload=wire.encode(env)))
-    assert out[0].kind == "foreign"
+    # the seal refuses a sender that is not a child on the up topic, signed or not
+    assert out[0].kind == "rejected"
+    assert out[0].fields == {"node": "cloud", "reason": "wrong_sender", "sender": "mallory"}
 
 
 def test_events_before_start_are_refused():

@@ -21,12 +21,18 @@ FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max
 ALICE = NodeKeys.derived(42, "edge-1")
 BOB = NodeKeys.derived(42, "edge-2")
 ROSTER = {"edge-1": ALICE.public_key, "edge-2": BOB.public_key}
+TOPIC = "fs/r/cloud/cloud/up"
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
 
 
-def reason_of(data: bytes, sender: str, verifier: sg.Verifier | None = None) -> str:
+def reason_of(
+    data: bytes,
+    sender: str,
+    verifier: sg.Verifier | None = None,
+    topic: str = "fs/r/cloud/cloud/up",
+) -> str:
     with pytest.raises(AuthenticationError) as info:
-        (verifier or sg.Verifier(ROSTER)).verify(data, sender)
+        (verifier or sg.Verifier(ROSTER)).verify(data, sender, topic)
     assert info.value.sender == sender
     return info.value.reason
 
@@ -37,15 +43,18 @@ def reason_of(data: bytes, sender: str, verifier: sg.Verifier | None = None) -> 
 
 @pytest.mark.parametrize("payload", [b"", b"x", b"\x87\xa1v\x01" * 100, bytes(range(256))])
 def test_round_trip_and_layout(payload: bytes) -> None:
-    data = sg.sign(payload, ALICE)
+    data = sg.sign(payload, ALICE, TOPIC)
     assert len(data) == len(payload) + sg.SIGNATURE_BYTES == len(payload) + 64
     assert data[64:] == payload
-    # the first 64 bytes are a plain Ed25519 signature over CONTEXT || payload
-    VerifyKey(ALICE.public_key).verify(sg.CONTEXT + payload, data[:64])
-    assert ALICE.sign(payload) == data  # Ed25519 is deterministic
+    # the first 64 bytes are a plain Ed25519 signature over
+    # CONTEXT || uint16 BE len(topic) || topic || payload
+    signed = sg.CONTEXT + bytes([0, len(TOPIC)]) + TOPIC.encode() + payload
+    assert sg.signed_context(TOPIC, payload) == signed
+    VerifyKey(ALICE.public_key).verify(signed, data[:64])
+    assert ALICE.sign(payload, TOPIC) == data  # Ed25519 is deterministic
     verifier = sg.Verifier(ROSTER)
-    assert verifier.verify(data, "edge-1") == payload
-    assert verifier.verify(bytearray(data), "edge-1") == payload
+    assert verifier.verify(data, "edge-1", TOPIC) == payload
+    assert verifier.verify(bytearray(data), "edge-1", TOPIC) == payload
     assert verifier.counts == {"accepted": 2}
 
 
@@ -56,13 +65,13 @@ def test_round_trip_and_layout(payload: bytes) -> None:
     flip=st.integers(min_value=1, max_value=255),
 )
 def test_any_modified_byte_is_forged(payload: bytes, position: int, flip: int) -> None:
-    data = bytearray(sg.sign(payload, ALICE))
+    data = bytearray(sg.sign(payload, ALICE, TOPIC))
     data[position % len(data)] ^= flip
     assert reason_of(bytes(data), "edge-1") == "forged"
 
 
 def test_every_single_byte_position_is_covered() -> None:
-    data = sg.sign(b"fedstrata round 3", ALICE)
+    data = sg.sign(b"fedstrata round 3", ALICE, TOPIC)
     verifier = sg.Verifier(ROSTER)
     for i in range(len(data)):
         tampered = bytearray(data)
@@ -72,10 +81,33 @@ def test_every_single_byte_position_is_covered() -> None:
 
 
 def test_wrong_key_is_forged() -> None:
-    data = sg.sign(b"update", BOB)
+    data = sg.sign(b"update", BOB, TOPIC)
     assert reason_of(data, "edge-1") == "forged"  # Bob's message claimed as Alice's
     swapped = sg.Verifier({"edge-1": BOB.public_key, "edge-2": ALICE.public_key})
-    assert reason_of(sg.sign(b"update", ALICE), "edge-1", swapped) == "forged"
+    assert reason_of(sg.sign(b"update", ALICE, TOPIC), "edge-1", swapped) == "forged"
+
+
+def test_a_signature_is_for_one_topic() -> None:
+    data = sg.sign(b"update", ALICE, "fs/r/cloud/cloud/up")
+    verifier = sg.Verifier(ROSTER)
+    assert verifier.verify(data, "edge-1", "fs/r/cloud/cloud/up") == b"update"
+    for other in ["fs/r/fog/fog-0/up", "fs/r2/cloud/cloud/up", "fs/r/cloud/cloud/up/", ""]:
+        assert reason_of(data, "edge-1", verifier, topic=other) == "forged"
+    # the length prefix keeps topic and payload apart: moving a byte across fails
+    # ("...upu", "pdate") and ("...up", "update") concatenate to the same bytes
+    signature = sg.sign(b"pdate", ALICE, "fs/r/cloud/cloud/upu")[:64]
+    moved = signature + b"update"
+    assert reason_of(moved, "edge-1", verifier, topic="fs/r/cloud/cloud/up") == "forged"
+    with pytest.raises(ValidationError, match="topic"):
+        sg.sign(b"x", ALICE, "t" * 65_536)
+    with pytest.raises(ValidationError, match="topic"):
+        verifier.verify(data, "edge-1", None)  # type: ignore[arg-type]
+
+
+def test_a_version_1_signature_does_not_verify() -> None:
+    # v1 signed CONTEXT_v1 || payload, without the topic
+    v1 = SigningKey(ALICE.seed).sign(b"fedstrata/signed-message/v1\x00" + b"update").signature
+    assert reason_of(v1 + b"update", "edge-1") == "forged"
 
 
 def test_signature_without_the_context_is_forged() -> None:
@@ -86,7 +118,7 @@ def test_signature_without_the_context_is_forged() -> None:
 
 
 def test_truncated_and_unsigned() -> None:
-    data = sg.sign(b"a payload of some length", ALICE)
+    data = sg.sign(b"a payload of some length", ALICE, TOPIC)
     verifier = sg.Verifier(ROSTER)
     for cut in [0, 1, 32, 63]:
         assert reason_of(data[:cut], "edge-1", verifier) == "unsigned"
@@ -101,7 +133,7 @@ def test_truncated_and_unsigned() -> None:
 
 def test_unknown_sender_is_checked_first() -> None:
     verifier = sg.Verifier(ROSTER)
-    assert reason_of(sg.sign(b"hi", ALICE), "fog-9", verifier) == "unknown_sender"
+    assert reason_of(sg.sign(b"hi", ALICE, TOPIC), "fog-9", verifier) == "unknown_sender"
     assert reason_of(b"", "fog-9", verifier) == "unknown_sender"
     assert "edge-1" in verifier
     assert "fog-9" not in verifier
@@ -114,7 +146,15 @@ def test_error_classes() -> None:
     assert isinstance(err, WireError)  # a node's WireError boundary drops it
     assert isinstance(err, FedstrataError)
     assert str(err) == "forged: message from 'edge-1' (bad signature)"
-    assert set(sg.REASONS) == {"unsigned", "forged", "unknown_sender", "replay"}
+    assert set(sg.REASONS) == {
+        "unsigned",
+        "forged",
+        "unknown_sender",
+        "replay",
+        "wrong_run",
+        "wrong_topic",
+        "wrong_sender",
+    }
     with pytest.raises(ValidationError):
         AuthenticationError("nope", "x")
 
@@ -127,11 +167,11 @@ def test_verifier_and_sign_reject_misuse() -> None:
     with pytest.raises(ValidationError, match="mapping"):
         sg.Verifier([("a", ALICE.public_key)])  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="payload"):
-        sg.sign("text", ALICE)  # type: ignore[arg-type]
+        sg.sign("text", ALICE, TOPIC)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="NodeKeys"):
-        sg.sign(b"x", ALICE.seed)  # type: ignore[arg-type]
+        sg.sign(b"x", ALICE.seed, TOPIC)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="data"):
-        sg.Verifier(ROSTER).verify("text", "edge-1")  # type: ignore[arg-type]
+        sg.Verifier(ROSTER).verify("text", "edge-1", TOPIC)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------
@@ -291,10 +331,10 @@ def test_replay_guard_rejects_misuse() -> None:
 
 def test_verify_then_guard_pipeline() -> None:
     verifier, guard = sg.Verifier(ROSTER), sg.ReplayGuard()
-    messages = [sg.sign(f"round {r}".encode(), ALICE) for r in range(3)]
+    messages = [sg.sign(f"round {r}".encode(), ALICE, TOPIC) for r in range(3)]
     for r, data in enumerate(messages):
-        assert verifier.verify(data, "edge-1") == f"round {r}".encode()
+        assert verifier.verify(data, "edge-1", TOPIC) == f"round {r}".encode()
         guard.admit("edge-1", "update", r)
     # an attacker re-sends round 1: the signature is valid, the guard refuses it
-    assert verifier.verify(messages[1], "edge-1") == b"round 1"
+    assert verifier.verify(messages[1], "edge-1", TOPIC) == b"round 1"
     assert replayed(guard, "edge-1", "update", 1)

@@ -50,6 +50,7 @@ __all__ = [
     "decompress_partial",
     "params_partial",
     "read_candidates",
+    "read_choice",
     "read_int",
     "read_references",
     "read_state",
@@ -115,9 +116,24 @@ def _arrays(
 
 def read_int(body: dict[str, Any], key: str, minimum: int = 0) -> int:
     """Body field ``key`` as an int >= ``minimum`` (WireError otherwise; bools refused)."""
-    value = body.get(key)
+    value = body.get(key) if isinstance(body, dict) else None
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise WireError(f"body field {key!r} must be an int >= {minimum}")
+    return value
+
+
+def read_choice(body: dict[str, Any], key: str, choices: Sequence[str]) -> str:
+    """Body field ``key`` as one of the strs ``choices`` (WireError for anything else).
+
+    The type is checked before the value is compared: an array, list or map in a
+    field the code compares with ``==``/``in`` must be refused, not compared.
+    """
+    if not isinstance(body, dict):
+        raise WireError("a body must be a map")
+    value = body.get(key)
+    if not isinstance(value, str) or value not in choices:
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise WireError(f"body field {key!r} must be one of {list(choices)}, got {shown!r:.60}")
     return value
 
 
@@ -286,9 +302,7 @@ def check_partial(body: dict[str, Any], shape: Shape) -> str:
 
 
 def _check_plain(body: dict[str, Any], shape: Shape) -> str:
-    mode = body.get("mode")
-    if mode not in ("stats", "params", "items"):
-        raise WireError(f"unknown update mode {mode!r}")
+    mode = read_choice(body, "mode", ("stats", "params", "items"))
     read_int(body, "n")
     read_int(body, "contributors", 1)
     J = body.get("objective")
@@ -388,13 +402,14 @@ def decompress_partial(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
     Only the compressed fields are read here (checked against ``shape`` and the
     scheme's wire form); :func:`check_partial` checks the rest. Raises WireError.
     """
+    tag = body.get("compression")
+    if not isinstance(tag, str):
+        raise WireError("body field 'compression' must be a str tag")
     try:
-        scheme, bits = compression.parse_tag(body.get("compression"))
+        scheme, bits = compression.parse_tag(tag)
     except ValidationError as exc:
         raise WireError(f"body field 'compression': {exc}") from exc
-    mode = body.get("mode")
-    if mode not in COMPRESSED_FIELDS:
-        raise WireError(f"unknown update mode {mode!r}")
+    mode = read_choice(body, "mode", tuple(COMPRESSED_FIELDS))
     H = shape.n_views
     cd = [(shape.n_clusters, d) for d in shape.dims]
     expected = {

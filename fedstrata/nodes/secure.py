@@ -244,7 +244,10 @@ class SecureMember:
         self.layout = layout
         self.config = group_config(protocol, len(roster), layout.length)
         self.client = secagg.SecAggClient(node_id, self.config)
-        self.session = setup.get("session")
+        session = setup.get("session")
+        if not isinstance(session, bytes) or not all(isinstance(v, str) for v in roster):
+            raise WireError("secagg setup needs a bytes session and a roster of node ids")
+        self.session = session
         self.roster = tuple(roster)
         self._setup = setup
         self._held: Mapping[str, Any] | None = None
@@ -253,7 +256,10 @@ class SecureMember:
 
     def is_duplicate(self, message: Mapping[str, Any]) -> bool:
         """Whether this session's message of that type came before (a QoS 1 redelivery)."""
-        return message.get("session") == self.session and message.get("type") in self._handled
+        kind, session = message.get("type"), message.get("session")
+        if not isinstance(kind, str) or not isinstance(session, bytes):
+            return False
+        return session == self.session and kind in self._handled
 
     def keys(self) -> dict[str, Any]:
         """The reply to the setup (raises a PrivacyError if the parameters are refused)."""
@@ -284,8 +290,11 @@ class SecureMember:
 
     def handle(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
         """The reply to one per-member message (None: a ``collect`` held for the input)."""
-        self._handled.add(message.get("type"))
-        if message.get("type") == secagg.COLLECT and not self.has_input:
+        kind = message.get("type")
+        if not isinstance(kind, str) or not isinstance(message.get("session"), bytes):
+            raise WireError("a secagg message needs a str 'type' and a bytes 'session'")
+        self._handled.add(kind)
+        if kind == secagg.COLLECT and not self.has_input:
             if message.get("session") != self.session:
                 raise WireError("secagg message of another session")
             self._held = message
@@ -310,6 +319,8 @@ def member_answer(
     fields = {"node": node, "round": env.round}
     message = dict(env.body)
     sub = message.pop("sub", 0)
+    if isinstance(sub, bool) or not isinstance(sub, int):
+        raise WireError("body field 'sub' must be an int")
     if member is None or (env.round, sub) != key:
         return None, [Record(kind="late", fields=fields)], True
     if member.is_duplicate(message):

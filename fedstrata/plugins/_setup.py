@@ -17,11 +17,12 @@ import numpy as np
 
 from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
-from fedstrata.errors import WireError
 from fedstrata.nodes.messages import (
     Shape,
     merge_reference_bodies,
     read_candidates,
+    read_choice,
+    read_int,
     read_references,
     references_body,
 )
@@ -52,8 +53,8 @@ def setup_body(
 
 def check_setup_body(body: dict[str, Any], shape: Shape) -> None:
     """A setup reply's references and candidates must parse (WireError otherwise)."""
-    if body.get("mode") != "setup":
-        raise WireError("expected a setup reply")
+    read_choice(body, "mode", ("setup",))
+    read_int(body, "n")  # merge_setup_bodies adds them up
     read_references(body, shape)
     read_candidates(body, shape)
 

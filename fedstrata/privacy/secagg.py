@@ -355,6 +355,16 @@ def _pair_mask(
     return prg.expand(seed, length)
 
 
+def _equals(message: Mapping[str, Any], name: str, value: str | bytes) -> bool:
+    """Whether field ``name`` is exactly ``value`` (a field of another type never is).
+
+    Routing fields are compared only once their type is known: ``==`` with an array
+    in their place would raise instead of answering.
+    """
+    field = message.get(name)
+    return type(field) is type(value) and field == value
+
+
 def _field(message: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     value = message.get(name)
     if isinstance(value, bool) or not isinstance(value, kind):
@@ -495,11 +505,11 @@ class SecAggClient:
     # -- rounds
 
     def _expect(self, message: Mapping[str, Any], kind: str) -> None:
-        if message.get("type") != kind:
-            raise ConsistencyError(
-                f"client {self.client_id} expected {kind!r}, got {message.get('type')!r}"
-            )
-        if self.phase is not ClientPhase.SETUP and message.get("session") != self._session:
+        if not _equals(message, "type", kind):
+            got = message.get("type")
+            shown = got if isinstance(got, str) else type(got).__name__
+            raise ConsistencyError(f"client {self.client_id} expected {kind!r}, got {shown!r:.60}")
+        if self.phase is not ClientPhase.SETUP and not _equals(message, "session", self._session):
             raise ConsistencyError(f"client {self.client_id}: message of another session")
 
     def _reply(self, kind: str, **fields: Any) -> Message:
@@ -809,8 +819,9 @@ class SecAggServer:
             kind is None
             or not self._started
             or not isinstance(message, Mapping)
-            or message.get("type") != kind
-            or message.get("session") != self.session
+            or not _equals(message, "type", kind)
+            or not _equals(message, "session", self.session)
+            or not isinstance(client_id, str)
             or client_id not in self._expected
             or client_id in self._received()
         ):

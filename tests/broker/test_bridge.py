@@ -61,6 +61,10 @@ def _site_config(folder, site, port, *options):
     ]
     res = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+    # the watchers: a user of their own (one session per user: as a node, a watcher
+    # would take over the node's session), reading and probing every fs/ topic
+    with out.with_suffix(".acl").open("a") as acl:
+        acl.write("\nuser audit\ntopic readwrite fs/#\n")
     return out.read_text()
 
 
@@ -141,7 +145,7 @@ def test_bridged_fog_and_cloud_brokers_carry_a_three_tier_run(tmp_path):
     assert fog_site == ["fog-0"]
     fog_nodes = ["fog-0", *(n for n, p in wiring.parents.items() if p == "fog-0")]
     assert len(fog_nodes) == 4  # fog-0 and its 3 clients
-    _password_file(tmp_path / "passwd", [root, *fog_nodes, "monitor"])
+    _password_file(tmp_path / "passwd", [root, *fog_nodes, "monitor", "audit"])
     fed_sim, s_sim, rows_sim = simulate(sc)
     sim_root = s_sim["per_tier"]["cloud"]  # the root's messages: all cross the bridge
 
@@ -159,9 +163,9 @@ def test_bridged_fog_and_cloud_brokers_carry_a_three_tier_run(tmp_path):
             return text + f"remote_password {_password('fog-0')}\n"
 
         with PrivateBroker(config=fog_conf) as fog:
-            # on each side, a client with the ACL rights of the node living there
-            cloud_side = Watcher(cloud.port, root, UP.format(run="+"))
-            fog_side = Watcher(fog.port, "fog-0", DOWN.format(run="+"), CONFIG.format(run="+"))
+            # on each side a watcher, user "audit" (its ACL line is added above)
+            cloud_side = Watcher(cloud.port, "audit", UP.format(run="+"))
+            fog_side = Watcher(fog.port, "audit", DOWN.format(run="+"), CONFIG.format(run="+"))
             try:
                 probe = f"probe-{secrets.token_hex(3)}"
                 assert _bridge_up(fog_side, cloud_side, UP.format(run=probe)), "fog→cloud"

@@ -321,6 +321,18 @@ class NodeRunner:
     link
         An emulated link (:class:`LinkShaper`) that delays or loses the node's
         messages; ``None`` (default): the real network only.
+    idle_timeout_s
+        Stop the node (:attr:`idled_out` says why) when no message arrived on a
+        topic starting with one of ``idle_topics`` (every topic when empty) for this
+        long since the node started or last heard one: the clients of an
+        aggregator that is gone end instead of waiting forever. ``None``: never.
+    republish
+        After a reconnect, publish the node's last message of every topic again, at
+        once and once more ``2 * backoff_max_s + 1`` seconds later (when every peer
+        that lost the same broker had time to reconnect and subscribe again). A
+        broker restart drops what it held for sessions it forgot; receivers count
+        and drop the copies they already had, so a restart costs seconds, not a
+        round deadline.
 
     Attributes
     ----------
@@ -330,6 +342,15 @@ class NodeRunner:
         Whether the node finished.
     failure
         Why the runner gave up, or ``None``.
+    crashed, crashed_at
+        ``"Type: message"`` of the exception the node's ``handle`` raised, and when
+        (``None`` if it never did). The runner then records ``node_crashed``, drops
+        the connection without a DISCONNECT (the broker publishes the will, as for a
+        crashed device) and stops.
+    idled_out
+        Why the node was stopped by ``idle_timeout_s``, or ``None``.
+    republished
+        Messages published again after reconnects (see ``republish``).
     traffic
         The node's :class:`Traffic`.
     retained_topics
@@ -358,6 +379,9 @@ class NodeRunner:
         backoff_max_s: float = 2.0,
         keepalive: int = 30,
         link: LinkShaper | None = None,
+        idle_timeout_s: float | None = None,
+        idle_topics: tuple[str, ...] = (),
+        republish: bool = True,
     ) -> None:
         self.node = node
         self.node_id = str(node.node_id)
@@ -394,6 +418,16 @@ class NodeRunner:
         self._client_now: aiomqtt.Client | None = None
         self._aborted = False
         self._lost_at: float | None = None
+        self.crashed: str | None = None
+        self.crashed_at: float | None = None
+        self.idle_timeout_s = idle_timeout_s
+        self.idle_topics = tuple(idle_topics)
+        self.idled_out: str | None = None
+        self._heard_at = 0.0
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self.republish = republish
+        self.republished = 0
+        self._last_publish: dict[str, Publish] = {}
 
     # -- public ------------------------------------------------------------------------
 
@@ -429,6 +463,8 @@ class NodeRunner:
             for _, handle in self._timers.values():
                 handle.cancel()
             self._timers.clear()
+            if self._idle_handle is not None:
+                self._idle_handle.cancel()
             if self.clear_session and self.finished and not self._aborted:
                 # leave no session behind on a shared broker. Only after a normal finish:
                 # a connect attempted inside a cancelled task can swallow the
@@ -510,10 +546,17 @@ class NodeRunner:
                     )
                 if not self._started:
                     self._started = True
+                    self._heard_at = self.log.now()
+                    self._arm_idle(self.idle_timeout_s)
                     self._feed(Started(now=self.log.now()))
                 else:  # the broker may have lost the session: subscribe again
                     for pattern, qos in self._subs.items():
                         await client.subscribe(pattern, qos)
+                    if self.republish and self._last_publish:
+                        await self._republish(client)
+                        asyncio.get_running_loop().call_later(
+                            2 * self.backoff_max_s + 1.0, self._inbox_put, ("republish",)
+                        )
                 await self._drain(client)
                 while not self.finished and not self._aborted:
                     _raise_if_cancelled()
@@ -522,6 +565,10 @@ class NodeRunner:
                         if item.client is client:
                             raise item.error
                         continue  # left over from a connection that is already gone
+                    if item[0] == "republish":
+                        if self.republish:
+                            await self._republish(client)
+                        continue
                     self._dispatch(item)
                     await self._drain(client)
             finally:
@@ -529,6 +576,40 @@ class NodeRunner:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
                     await reader
+
+    async def _republish(self, client: aiomqtt.Client) -> None:
+        """Publish the node's last message of every topic again (see ``republish``)."""
+        for eff in list(self._last_publish.values()):
+            await client.publish(eff.topic, eff.payload, qos=eff.qos, retain=eff.retain)
+            size = publish_packet_size(eff.topic, len(eff.payload), eff.qos, protocol=self.protocol)
+            self.republished += 1
+            self.traffic.publishes += 1
+            self.traffic.payload_bytes_out += len(eff.payload)
+            self.traffic.packet_bytes_out += size
+            self.log.add_bytes(self.tier, size)
+            _raise_if_cancelled()
+
+    def _arm_idle(self, delay: float | None) -> None:
+        if delay is None:
+            return
+        self._idle_handle = asyncio.get_running_loop().call_later(
+            max(delay, 0.0), self._inbox_put, ("idle",)
+        )
+
+    def _check_idle(self) -> None:
+        """Stop the node if it heard nothing on its idle topics for ``idle_timeout_s``."""
+        assert self.idle_timeout_s is not None
+        silent = self.log.now() - self._heard_at
+        if silent < self.idle_timeout_s:
+            self._arm_idle(self.idle_timeout_s - silent)
+            return
+        where = " or ".join(self.idle_topics) if self.idle_topics else "any topic"
+        self.idled_out = (
+            f"{self.node_id}: no message on {where} for {silent:.1f} s "
+            f"(idle limit {self.idle_timeout_s:g} s): its aggregator is gone"
+        )
+        self._record("idle_timeout", {"node": self.node_id, "reason": self.idled_out})
+        self._aborted = True  # stop like a finished node: a clean DISCONNECT, no will
 
     async def _clear(self) -> None:
         """Connect with a clean session and no will, then disconnect.
@@ -568,6 +649,8 @@ class NodeRunner:
             size = publish_packet_size(topic, len(payload), qos, protocol=self.protocol)
             presence = _PRESENCE.match(topic)
             if presence is None:
+                if not self.idle_topics or topic.startswith(self.idle_topics):
+                    self._heard_at = self.log.now()
                 self.traffic.delivered += 1
                 self.traffic.payload_bytes_in += len(payload)
                 self.traffic.packet_bytes_in += size
@@ -593,6 +676,8 @@ class NodeRunner:
             self._feed(Delivered(now=self.log.now(), topic=topic, payload=payload))
         elif item[0] == "send":  # a PUBLISH held back by the emulated link
             self._todo.append(_Shaped(item[1]))
+        elif item[0] == "idle":
+            self._check_idle()
         elif item[0] == "timer":
             _, name, token = item
             live = self._timers.get(name)
@@ -603,7 +688,31 @@ class NodeRunner:
             self._feed(TimerFired(now=self.log.now(), name=name))
 
     def _feed(self, event: Event) -> None:
-        self._todo.extend(self.node.handle(event))
+        if self.crashed is not None:
+            return
+        try:
+            effects = self.node.handle(event)
+        except Exception as exc:  # a node's bug or an unchecked body: a crash of that node
+            self._crash(exc)
+            return
+        self._todo.extend(effects)
+
+    def _crash(self, exc: BaseException) -> None:
+        """The node raised: record it and drop the connection without a DISCONNECT.
+
+        The broker then publishes the node's will (``PeerLost`` at its aggregator), as
+        for a device that died; what the node had not yet carried out is discarded.
+        """
+        from fedstrata.sim.engine import error_reason
+
+        self.crashed = error_reason(exc)
+        self.crashed_at = self.log.now()
+        self._todo.clear()
+        self._record(
+            "node_crashed",
+            {"node": self.node_id, "reason": self.crashed, "error": type(exc).__name__},
+        )
+        self.abort()
 
     def _timer_due(self, name: str, token: int) -> None:
         self._inbox_put(("timer", name, token))
@@ -637,6 +746,8 @@ class NodeRunner:
                 if isinstance(eff, _Shaped):
                     eff = eff.publish
                 await client.publish(eff.topic, eff.payload, qos=eff.qos, retain=eff.retain)
+                if self.republish:
+                    self._last_publish[eff.topic] = eff
                 if eff.retain:
                     self.retained_topics.add(eff.topic)
                 size = publish_packet_size(

@@ -32,6 +32,7 @@ from fedstrata.broker.endpoint import Endpoint
 from fedstrata.broker.runner import NodeRunner, RunLog, Traffic
 from fedstrata.errors import FedstrataError, TransportError
 from fedstrata.mqtt import presence_topic
+from fedstrata.nodes.sealing import RunKeys
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.emulate import LinkEmulator, link_emulators
 from fedstrata.scenarios.schema import Scenario
@@ -65,6 +66,14 @@ class NodeOutcome:
     link_lost: int = 0
     link_gave_up: int = 0
     retained_topics: tuple[str, ...] = ()
+    #: Why the node crashed (its ``handle`` raised, or its worker process died).
+    crashed: str | None = None
+    #: When it crashed, in seconds since the run started.
+    crashed_at: float | None = None
+    #: Why the idle limit stopped it (:func:`idle_timeout_s`), or ``None``.
+    idled_out: str | None = None
+    #: Messages it published again after reconnecting to the broker.
+    republished: int = 0
 
 
 @dataclass
@@ -109,6 +118,39 @@ def ensure_open_files(n_nodes: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
+#: Round deadlines a node waits for its aggregator before it gives up (see
+#: :func:`idle_timeout_s`).
+IDLE_ROUNDS = 3
+
+
+def idle_timeout_s(sc: Scenario) -> float:
+    """How long a node below the root waits to hear from its aggregator before it ends.
+
+    ``IDLE_ROUNDS`` times the longest silence a healthy parent keeps: one round
+    deadline per aggregator level above the clients (``protocol.deadline_s``, or a
+    tier's own when longer), times the product of the tiers' longest ``period``
+    (a fog runs ``period`` rounds of its own before it hears from the cloud). With
+    the defaults (60 s deadline, no middle tier): 180 s; with one fog tier, 360 s.
+    """
+    tiers = sc.topology.tiers
+    deadline = max([sc.protocol.deadline_s, *(t.deadline_s for t in tiers if t.deadline_s)])
+    periods = 1
+    for t in tiers:
+        periods *= t.max_period()
+    return float(IDLE_ROUNDS * (1 + len(tiers)) * periods * deadline)
+
+
+def parent_topics(node: Any) -> tuple[str, ...]:
+    """The topic a node hears its aggregator on (its parent's ``down`` topic), or ``()``."""
+    from fedstrata.mqtt import down_topic
+
+    parent = getattr(node, "parent", None)
+    protocol = getattr(node, "protocol", None)
+    if parent is None or protocol is None:
+        return ()
+    return (down_topic(protocol.run, parent.tier, parent.group),)
+
+
 def make_runners(
     fed: Federation,
     broker_of: dict[str, Endpoint],
@@ -122,9 +164,13 @@ def make_runners(
     links = links or {}
     log = log if log is not None else RunLog()
     nodes = fed.sim.engine.nodes
-    runners = {
-        nid: NodeRunner(
-            nodes[nid].node,
+    idle = idle_timeout_s(fed.scenario)
+    runners = {}
+    for nid in only if only is not None else list(nodes):
+        node = nodes[nid].node
+        heard_on = parent_topics(node)  # the root has no parent: no idle limit
+        runners[nid] = NodeRunner(
+            node,
             broker_of[nid],
             tier=fed.tiers[nid],
             log=log,
@@ -132,9 +178,9 @@ def make_runners(
             protocol=protocol,
             presence=presence_topic(run, nid),  # last will there, b"online" on connect
             link=links.get(nid),
+            idle_timeout_s=idle if heard_on else None,
+            idle_topics=heard_on,
         )
-        for nid in (only if only is not None else list(nodes))
-    }
     return log, runners
 
 
@@ -153,6 +199,10 @@ def outcomes_of(
             links[nid].lost if nid in links else 0,
             links[nid].gave_up if nid in links else 0,
             tuple(sorted(r.retained_topics)),
+            r.crashed,
+            r.crashed_at,
+            r.idled_out,
+            r.republished,
         )
         for nid, r in runners.items()
     }
@@ -224,8 +274,13 @@ def _worker(
     emulate_links: bool,
     timeout_s: float,
     sync: dict[str, Any],
+    keys: RunKeys | None = None,
 ) -> None:
-    """One worker process: build the federation, run ``share``, report on the queue."""
+    """One worker process: build the federation, run ``share``, report on the queue.
+
+    ``keys`` are the run's signing keys, handed over by the parent (they are not
+    derivable from the scenario, so a worker cannot make them itself).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     out = sync["queue"]
     try:
@@ -237,7 +292,7 @@ def _worker(
                 caught.get(f"{category.__name__}: {message}", 0) + 1,
             )
             ensure_open_files(len(share))
-            fed = build_federation(sc)
+            fed = build_federation(sc, keys=keys)
             links = link_emulators(fed) if emulate_links else None
             log = RunLog(byte_events=[])
             log, runners = make_runners(fed, broker_of, protocol, links, only=share, log=log)
@@ -292,12 +347,22 @@ def run_in_processes(
     emulate_links: bool,
     timeout_s: float,
     processes: int,
+    tiers: dict[str, str] | None = None,
+    keys: RunKeys | None = None,
 ) -> Execution:
     """Deal ``node_ids`` out to ``processes`` worker processes and run them together.
 
     ``sc`` must carry the run id as its name (every worker builds the federation
     from it). The root goes to the first worker. Raises :class:`FedstrataError`
-    if a worker fails to start or breaks.
+    if a worker fails to start.
+
+    A worker that dies once the run started (killed, out of memory) or breaks is a
+    crash of the nodes it hosted, not the end of the run: their outcomes say
+    ``crashed`` (``"worker process 2 died (SIGKILL)"``) and when; their broker
+    connections drop without a DISCONNECT, so their wills tell their aggregators.
+    The other workers go on (if the root's worker died, they stop ``GRACE_S``
+    later, as after the root finished). ``tiers`` (node id → tier) labels the
+    outcomes of the nodes of a dead worker.
     """
     root_id = sc.topology.cloud_id
     order = [root_id] + [n for n in node_ids if n != root_id]
@@ -323,6 +388,7 @@ def run_in_processes(
                 emulate_links,
                 timeout_s,
                 sync,
+                keys,
             ),
             name=f"fedstrata-nodes-{i}",
             daemon=True,
@@ -333,6 +399,8 @@ def run_in_processes(
         p.start()
     q = sync["queue"]
     reports: dict[int, dict[str, Any]] = {}
+    lost: dict[int, tuple[float, str]] = {}  # workers that died or broke: (when, why)
+    caught_here: dict[str, int] = {}
     interrupted = False
     started = False
     try:
@@ -347,18 +415,29 @@ def run_in_processes(
             started = True
             sync["start"].set()
             limit = timeout_s + GRACE_S + 60.0
-            while len(reports) < k:
-                kind, index, payload = _get(q, procs, limit)
-                if kind == "error":
-                    raise FedstrataError(f"worker process {index} failed:\n{payload}")
-                reports[index] = payload
+            while len(reports) + len(lost) < k:
+                kind, index, payload = _get(q, procs, limit, skip=set(reports) | set(lost))
+                if kind == "done":
+                    reports[index] = payload
+                    continue
+                t = max(0.0, time.monotonic() - sync["t0"].value)
+                if kind == "error":  # the worker broke (a bug): its nodes are gone with it
+                    last = payload.strip().splitlines()[-1] if payload.strip() else "no trace"
+                    lost[index] = (t, f"worker process {index} failed: {last}")
+                    caught_here[f"worker process {index} failed:\n{payload}"] = 1
+                else:  # "died"
+                    lost[index] = (t, f"worker process {index} died ({payload})")
+                if root_id in shares[index]:  # no round can close: end as after the root
+                    sync["root_done"].set()
         except KeyboardInterrupt:
             interrupted = True
             sync["stop"].set()
-            while started and len(reports) < k:
-                kind, index, payload = _get(q, procs, 30.0)
+            while started and len(reports) + len(lost) < k:
+                kind, index, payload = _get(q, procs, 30.0, skip=set(reports) | set(lost))
                 if kind == "done":
                     reports[index] = payload
+                else:
+                    lost[index] = (0.0, f"worker process {index} ended without a report")
     finally:
         sync["stop"].set()
         sync["start"].set()  # a worker still waiting to start gives up
@@ -372,7 +451,18 @@ def run_in_processes(
     )
     _rewire_bytes(records, [e for rep in reports.values() for e in rep["byte_events"]])
     outcomes: dict[str, NodeOutcome] = {}
-    caught: dict[str, int] = {}
+    caught: dict[str, int] = dict(caught_here)
+    for index, (t, why) in sorted(lost.items()):
+        for nid in shares[index]:
+            outcomes[nid] = NodeOutcome(
+                (tiers or {}).get(nid, "unknown"),
+                False,
+                None,
+                None,
+                Traffic(),
+                crashed=why,
+                crashed_at=t,
+            )
     for rep in reports.values():
         outcomes.update(rep["outcomes"])
         for key, n in rep["warnings"].items():
@@ -381,7 +471,10 @@ def run_in_processes(
     wall = (
         root_rep["wall"]
         if root_rep is not None
-        else max((rep["wall"] for rep in reports.values()), default=0.0)
+        else max(
+            [*(rep["wall"] for rep in reports.values()), *(t for t, _ in lost.values())],
+            default=0.0,
+        )
     )
     return Execution(
         records,
@@ -394,16 +487,38 @@ def run_in_processes(
     )
 
 
-def _get(q: Any, procs: list[Any], timeout_s: float) -> tuple[str, int, Any]:
-    """The next report of a worker; a worker that died without one is an error."""
+def _exit_text(code: int) -> str:
+    """``SIGKILL`` for a process killed by signal 9, ``exit code 3`` otherwise."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+        return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _get(
+    q: Any, procs: list[Any], timeout_s: float, skip: set[int] | None = None
+) -> tuple[str, int, Any]:
+    """The next report of a worker, or ``("died", index, how)`` for one that died without.
+
+    Before the run starts (``skip`` is ``None``) a worker that died is an error. A
+    worker in ``skip`` already reported (or is known dead).
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(queue.Empty):
             return q.get(timeout=0.5)
-        dead = [p for p in procs if p.exitcode not in (None, 0)]
+        dead = [
+            (i, p)
+            for i, p in enumerate(procs)
+            if p.exitcode not in (None, 0) and (skip is None or i not in skip)
+        ]
         if dead:
-            raise FedstrataError(
-                f"worker process {dead[0].name} died (exit code {dead[0].exitcode})"
-            )
+            with contextlib.suppress(queue.Empty):  # a report sent just before it died
+                return q.get(timeout=0.2)
+            i, p = dead[0]
+            if skip is None:
+                raise FedstrataError(f"worker process {i} died ({_exit_text(p.exitcode)})")
+            return "died", i, _exit_text(p.exitcode)
         if time.monotonic() >= deadline:
             raise FedstrataError(f"no word from the worker processes in {timeout_s:g} s")

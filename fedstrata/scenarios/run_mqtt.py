@@ -73,6 +73,7 @@ from fedstrata.scenarios.run import (
     _rounds_bar,
     _start_record,
     _write_record,
+    dropped_report,
     personalization_report,
     pooled_observer,
     privacy_report,
@@ -212,6 +213,7 @@ def mqtt_run(
                     emulate_links,
                     timeout_s,
                     processes,
+                    tiers=dict(fed.tiers),
                 )
             else:
                 links = link_emulators(fed) if emulate_links else None
@@ -263,7 +265,11 @@ def mqtt_run(
         final_state, rounds = _records_outcome(fed, records)
         status = RunStatus.STALLED.value
         failure = outcomes[root_id].failure
-        if failure is not None:
+        if outcomes[root_id].crashed is not None:
+            reason = (
+                f"the root {root_id!r} crashed ({outcomes[root_id].crashed}); no round can close"
+            )
+        elif failure is not None:
             reason = f"the root lost the broker: {failure}"
         elif timed_out:
             reason = (
@@ -324,6 +330,20 @@ def mqtt_run(
     if ignored:
         notes.append(ignored)
     notes += [r.failure for r in outcomes.values() if r.failure is not None]
+    notes += [r.idled_out for r in outcomes.values() if r.idled_out is not None]
+    crashed = sorted(
+        (
+            {"node": nid, "t": round(float(o.crashed_at or 0.0), 3), "reason": o.crashed}
+            for nid, o in outcomes.items()
+            if o.crashed is not None
+        ),
+        key=lambda c: (c["t"], c["node"]),
+    )
+    link_lost: dict[str, dict[str, int]] = {}
+    for o in outcomes.values():
+        if o.link_lost:
+            row = link_lost.setdefault(o.tier, {})
+            row["loss"] = row.get("loss", 0) + o.link_lost
     summary: dict[str, Any] = {
         "status": status,
         "reason": reason,
@@ -371,6 +391,9 @@ def mqtt_run(
         "broker_sys_reason": broker_sys_reason,
         "warnings": notes,
         "failed_rounds": _failed_rounds(rows),
+        "crashed": crashed,
+        "dropped": dropped_report(records, fed.tiers, network=link_lost),
+        "republished": sum(o.republished for o in outcomes.values()),
     }
     fed.final_state = final_state
     fed.final_labels = labels

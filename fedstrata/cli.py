@@ -259,6 +259,19 @@ def run(
         help="MQTT user name for every node; the password is read from "
         "$FEDSTRATA_BROKER_PASSWORD (never from the command line).",
     ),
+    insecure: bool = typer.Option(
+        False,
+        "--insecure",
+        help="With --transport mqtt: send the messages unsigned. By default a real run signs "
+        "every message with fresh per-run keys; the record says insecure.",
+    ),
+    keys_dir: Path | None = typer.Option(
+        None,
+        "--keys",
+        metavar="DIR",
+        help="With --transport mqtt: sign with the key files `fedstrata keys` wrote in DIR "
+        "instead of fresh per-run keys.",
+    ),
 ) -> None:
     """Run a scenario (simulated, or over real MQTT); write its record (summary.json, ...)."""
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
@@ -278,6 +291,11 @@ def run(
             "--emulate-links needs --transport mqtt (the simulator always models the links)",
             param_hint="'--emulate-links'",
         )
+    for name, given in (("--insecure", insecure), ("--keys", keys_dir is not None)):
+        if given and transport != "mqtt":  # the simulator signs as privacy.sign says
+            raise typer.BadParameter(f"{name} needs --transport mqtt", param_hint=f"'{name}'")
+    if insecure and keys_dir is not None:
+        raise typer.BadParameter("--keys signs the run: drop --insecure", param_hint="'--keys'")
     endpoint = _endpoint_option(
         transport, broker, broker_ca, broker_cert, broker_key, broker_user, run_id
     )
@@ -309,6 +327,8 @@ def run(
             emulate_links,
             processes,
             not quiet,
+            insecure,
+            keys_dir,
         )
         return
     summary = run_scenario(
@@ -393,6 +413,8 @@ def _run_mqtt(
     emulate_links: bool,
     processes: int,
     progress: bool,
+    insecure: bool = False,
+    keys_dir: Path | None = None,
 ) -> None:
     """``fedstrata run --transport mqtt``: run over real MQTT and print the outcome."""
     from fedstrata.scenarios.run_mqtt import run_scenario_mqtt
@@ -410,6 +432,8 @@ def _run_mqtt(
         emulate_links=emulate_links,
         processes=processes,
         progress=progress,
+        insecure=insecure,
+        key_dir=keys_dir,
     )
     _print_warnings(summary)
     _print_outcome(
@@ -796,7 +820,10 @@ def _privacy_line(p: dict[str, Any]) -> str:
         )
     if p.get("signed"):
         rejected = sum(p["rejected"].values())
-        parts.append(f"signed ({rejected} messages rejected)")
+        parts.append(f"signed, keys {p.get('keys', 'derived')} ({rejected} messages rejected)")
+    elif p.get("insecure"):
+        rejected = sum(p.get("rejected", {}).values())
+        parts.append(f"UNSIGNED (--insecure; {rejected} messages rejected)")
     if "epsilon_spent" in p:
         parts.append(f"ε spent {p['epsilon_spent']:.4g} of {p['epsilon']:g} (δ {p['delta']:g})")
         if p.get("held_mean"):

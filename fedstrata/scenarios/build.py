@@ -23,8 +23,7 @@ from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.messages import Shape
-from fedstrata.nodes.sealing import PLAIN, Seal
-from fedstrata.privacy.signing import NodeKeys
+from fedstrata.nodes.sealing import PLAIN, RunKeys, Seal
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.preflight import prepare_data, split_samples, wire_topology
 from fedstrata.scenarios.schema import (
@@ -455,11 +454,16 @@ def node_timing(sc: Scenario, wiring: Any = None) -> dict[str, tuple[float, int]
 
 
 def build_federation(
-    sc: Scenario, *, seed: int | None = None, record_events: bool = False
+    sc: Scenario,
+    *,
+    seed: int | None = None,
+    record_events: bool = False,
+    keys: RunKeys | None = None,
 ) -> Federation:
     """Build the data split, the nodes and the simulation for ``sc``.
 
     ``seed`` overrides the scenario's seed (data, partition, links and faults).
+    ``keys`` signs every message with them (see :func:`seals_for`).
     """
     if seed is not None:
         sc = sc.model_copy(update={"seed": seed})
@@ -476,7 +480,7 @@ def build_federation(
     wiring = wire_topology(sc)  # raises when an aggregator would have no children
     tiers, tier_of, parents = wiring.tiers, wiring.tier_of, wiring.parents
     children, clients = wiring.children, wiring.clients
-    seals = seals_for(sc, [n for _, group in tiers for n in group] + list(clients))
+    seals = seals_for(sc, [n for _, group in tiers for n in group] + list(clients), keys)
 
     sim = Simulation(sc.seed, record_events=record_events)
     for name, group in tiers:
@@ -618,14 +622,19 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
     return make
 
 
-def seals_for(sc: Scenario, nodes: Sequence[str]) -> dict[str, Seal]:
-    """Each node's :class:`~fedstrata.nodes.sealing.Seal` (``privacy.sign``; else plain).
+def seals_for(sc: Scenario, nodes: Sequence[str], keys: RunKeys | None = None) -> dict[str, Seal]:
+    """Each node's :class:`~fedstrata.nodes.sealing.Seal`.
 
-    Keys derived from the scenario's seed: reproducible, and as secret as the seed
-    (devices read key files instead: ``fedstrata keys``).
+    With ``keys`` (a run over a real broker: per-run random keys or key files), every
+    node signs with them, whatever ``privacy.sign`` says. Without, as the simulator
+    does: with ``privacy.sign``, keys derived from the scenario's seed (reproducible,
+    and only as secret as the seed: :attr:`RunKeys.DERIVED`), else plain.
     """
-    if not sc.privacy.sign:
-        return {n: PLAIN for n in nodes}
-    keys = {n: NodeKeys.derived(sc.seed, n) for n in nodes}
-    public = {n: k.public_key for n, k in keys.items()}
-    return {n: Seal(keys[n], public) for n in nodes}
+    if keys is None:
+        if not sc.privacy.sign:
+            return {n: PLAIN for n in nodes}
+        keys = RunKeys.derived(sc.seed, nodes)
+    missing = [n for n in nodes if n not in keys.seeds]
+    if missing:
+        raise ValidationError(f"no signing key for {', '.join(missing[:5])}")
+    return keys.seals(nodes)

@@ -375,7 +375,10 @@ def dropped_report(
 
 
 def privacy_report(
-    sc: Scenario, rounds: int, records: Sequence[dict[str, Any]] = ()
+    sc: Scenario,
+    rounds: int,
+    records: Sequence[dict[str, Any]] = (),
+    signing: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The ``privacy`` block of a run's summary (None with privacy off).
 
@@ -390,8 +393,14 @@ def privacy_report(
     messages as received and sent by the tier's aggregators, the setup counted in the
     model broadcasts). All of them are part of ``payload_bytes``.
 
-    Signing (``signed``): ``rejected`` counts the messages nodes refused, by reason
-    (``unsigned``, ``forged``, ``unknown_sender``, ``replay``); each signed message
+    Signing: ``signed``, and ``keys``, where the keys came from: ``"derived from the
+    scenario seed (simulation only)"`` (the simulator, with ``privacy.sign``: anyone
+    who knows the seed knows them), ``"per-run random"`` or ``"key files"`` (a run
+    over a real broker, signed by default); ``"insecure": true`` marks a real run
+    left unsigned on purpose (``--insecure``). ``signing`` gives these fields for a
+    run over a real broker (default: the simulator's). ``rejected`` counts the
+    messages nodes refused, by reason (``unsigned``, ``forged``, ``unknown_sender``,
+    ``replay``, ``wrong_run``, ``wrong_topic``, ``wrong_sender``); each signed message
     carries 64 bytes more.
 
     ``held_mean``: the mean share of centre coordinates the root kept at their
@@ -403,12 +412,19 @@ def privacy_report(
     exceeds ``epsilon`` because the noise was chosen for ``protocol.rounds`` releases.
     """
     dp, mode = sc.privacy.dp, sc.privacy.secure_aggregation
-    if dp is None and mode == "none" and not sc.privacy.sign:
+    if signing is None:
+        from fedstrata.nodes.sealing import RunKeys
+
+        signing = {"signed": sc.privacy.sign}
+        if sc.privacy.sign:
+            signing["keys"] = RunKeys.DERIVED
+    signed, insecure = bool(signing["signed"]), bool(signing.get("insecure"))
+    if dp is None and mode == "none" and not signed and not insecure:
         return None
-    block: dict[str, Any] = {"protocol": mode, "signed": sc.privacy.sign}
+    block: dict[str, Any] = {"protocol": mode, **signing}
     if mode != "none":
         block.update(_secure_report(sc, records))
-    if sc.privacy.sign:
+    if signed or insecure:
         rejected = Counter(r["fields"]["reason"] for r in records if r["kind"] == "rejected")
         block["rejected"] = dict(sorted(rejected.items()))
     if dp is None:

@@ -31,7 +31,15 @@ Differences from a simulated run:
   last global model) are removed from the broker, so that a shared broker does not
   keep one per run; ``retained_cleared`` counts them;
 * ``broker_sys`` holds the broker's own ``$SYS`` byte and message counters over the
-  run (:mod:`fedstrata.broker.sysstats`), or is ``null`` with ``broker_sys_reason``.
+  run (:mod:`fedstrata.broker.sysstats`), or is ``null`` with ``broker_sys_reason``;
+* every message is signed, whatever ``privacy.sign`` says, with keys that cannot be
+  derived from the scenario: fresh random keys for this run (handed to the worker
+  processes), or the key files of ``fedstrata keys`` (``key_dir``). Only
+  ``insecure`` runs unsigned, and the record says so (``privacy``: ``"signed":
+  false, "insecure": true``); a scenario with ``privacy.sign: true`` cannot be run
+  insecure. Signing adds 64 bytes to every message: a fault-free run has the
+  simulated run's bytes when the simulation signs too (``privacy.sign: true``), or
+  when this run is ``insecure`` and the simulation does not sign.
 """
 
 from __future__ import annotations
@@ -51,9 +59,10 @@ from fedstrata.broker.endpoint import Endpoint
 from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.broker.runner import NodeRunner, RunLog, clear_retained, probe_broker
 from fedstrata.broker.sysstats import SYS_NOTE, BackgroundSysMonitor
-from fedstrata.errors import ValidationError
+from fedstrata.errors import FedstrataError, ValidationError
 from fedstrata.mqtt import PROTOCOL_MQTT311
 from fedstrata.nodes.aggregator import RunStatus
+from fedstrata.nodes.sealing import RunKeys
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.emulate import link_emulators
 from fedstrata.scenarios.mqtt_nodes import (
@@ -64,6 +73,7 @@ from fedstrata.scenarios.mqtt_nodes import (
     run_in_processes,
     run_share,
 )
+from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.run import (
     _count_warning,
     _failed_rounds,
@@ -80,7 +90,7 @@ from fedstrata.scenarios.run import (
 )
 from fedstrata.scenarios.schema import Scenario
 
-__all__ = ["DEFAULT_TIMEOUT_S", "mqtt_run", "run_scenario_mqtt"]
+__all__ = ["DEFAULT_TIMEOUT_S", "mqtt_run", "run_keys", "run_scenario_mqtt", "signing_report"]
 
 #: Wall-clock limit of a run when none is given.
 DEFAULT_TIMEOUT_S = 600.0
@@ -95,6 +105,46 @@ def _faults_ignored(sc: Scenario, emulate_links: bool) -> str | None:
         return None
     hint = "" if emulate_links else " (--emulate-links applies partitions and degradations)"
     return f"faults are not injected over MQTT; ignored: {', '.join(kinds)}{hint}"
+
+
+def run_keys(
+    sc: Scenario, insecure: bool = False, key_dir: str | Path | None = None
+) -> RunKeys | None:
+    """The signing keys of a run over a real broker (``None``: ``insecure``, unsigned).
+
+    Fresh random keys for every node (:meth:`RunKeys.generate`), or the key files in
+    ``key_dir`` (``fedstrata keys``): never the scenario-derived keys of a simulation,
+    which anyone holding the scenario can compute.
+
+    Raises
+    ------
+    ValidationError
+        ``insecure`` with ``privacy.sign: true`` or with ``key_dir``, or key files
+        that are missing, malformed, readable by others or not the roster's.
+    """
+    if insecure:
+        if sc.privacy.sign:
+            raise ValidationError(
+                "the scenario signs its messages (privacy.sign: true): it cannot run insecure"
+            )
+        if key_dir is not None:
+            raise ValidationError("key files sign the run: give them or insecure, not both")
+        return None
+    wiring = wire_topology(sc)
+    nodes = [n for _, group in wiring.tiers for n in group] + list(wiring.clients)
+    if key_dir is None:
+        return RunKeys.generate(nodes)
+    try:
+        return RunKeys.load(key_dir, nodes)
+    except (FedstrataError, OSError, ValueError) as exc:
+        raise ValidationError(f"signing keys in {key_dir}: {exc}") from None
+
+
+def signing_report(keys: RunKeys | None) -> dict[str, Any]:
+    """The signing fields of a real run's ``privacy`` block."""
+    if keys is None:
+        return {"signed": False, "insecure": True}
+    return {"signed": True, "keys": keys.source}
 
 
 #: Kept as a module attribute so tests can watch the runners of an in-process run.
@@ -150,6 +200,8 @@ def mqtt_run(
     emulate_links: bool = False,
     processes: int = 1,
     progress: Callable[[int, float], None] | None = None,
+    insecure: bool = False,
+    key_dir: str | Path | None = None,
 ) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
     """Run ``sc`` over ``broker`` (a host with ``port``, or an :class:`Endpoint`).
 
@@ -164,6 +216,8 @@ def mqtt_run(
     ``processes`` > 1 deals the nodes out to that many worker processes
     (:mod:`fedstrata.scenarios.mqtt_nodes`). ``progress(rounds, wall_s)`` is called
     a few times a second while the nodes run in this process (not with ``processes``).
+    Every message is signed with fresh per-run keys, or with the key files in
+    ``key_dir``; ``insecure`` runs unsigned (see :func:`run_keys`).
 
     The counterpart of :func:`fedstrata.scenarios.run.simulate`. The broker must be
     reachable (see :func:`~fedstrata.broker.runner.probe_broker`); a node that loses
@@ -184,7 +238,8 @@ def mqtt_run(
             f"run id {run_id!r} must be 1-64 letters, digits, '.', '_' or '-' (a topic level)"
         )
     try:
-        fed = build_federation(sc.model_copy(update={"name": run_id}))
+        keys = run_keys(sc, insecure, key_dir)
+        fed = build_federation(sc.model_copy(update={"name": run_id}), keys=keys)
     except BaseException:
         if monitor is not None:
             monitor.stop(read=False)
@@ -214,6 +269,7 @@ def mqtt_run(
                     timeout_s,
                     processes,
                     tiers=dict(fed.tiers),
+                    keys=keys,
                 )
             else:
                 links = link_emulators(fed) if emulate_links else None
@@ -400,7 +456,7 @@ def mqtt_run(
     block, fed.client_rows = personalization_report(fed, results)
     if block is not None:
         summary["personalization"] = block
-    privacy = privacy_report(sc, rounds, records)
+    privacy = privacy_report(sc, rounds, records, signing_report(keys))
     if privacy is not None:
         summary["privacy"] = privacy
     return fed, summary, rows
@@ -452,6 +508,8 @@ def run_scenario_mqtt(
     emulate_links: bool = False,
     processes: int = 1,
     progress: bool = False,
+    insecure: bool = False,
+    key_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run ``sc`` over MQTT and write its record into ``out_dir``; return the summary.
 
@@ -460,13 +518,14 @@ def run_scenario_mqtt(
     start a private Mosquitto on 127.0.0.1 for this run. The record has the
     simulator's files and fields, with ``transport: "mqtt"`` (see the module
     docstring for the differences). ``run_id``, ``emulate_links`` and
-    ``processes`` as in :func:`mqtt_run`; ``progress`` draws a bar of the root's
-    rounds on stderr (in-process runs only).
+    ``processes``, ``insecure`` and ``key_dir`` as in :func:`mqtt_run`; ``progress``
+    draws a bar of the root's rounds on stderr (in-process runs only).
 
     Raises
     ------
     ValidationError
-        If ``broker`` is not an ``mqtt://HOST:PORT`` or ``mqtts://HOST:PORT`` URL.
+        If ``broker`` is not an ``mqtt://HOST:PORT`` or ``mqtts://HOST:PORT`` URL, or
+        ``insecure``/``key_dir`` cannot be used (see :func:`run_keys`).
     TransportError
         If the broker cannot be reached (or Mosquitto cannot be started).
     OutputError
@@ -475,6 +534,8 @@ def run_scenario_mqtt(
     """
     if isinstance(broker, str):
         broker = Endpoint.from_url(broker)  # a usage error before anything else happens
+    if insecure or key_dir is not None:
+        run_keys(sc, insecure, key_dir)  # refused before a broker starts or --out is touched
     if broker is None:  # the private broker, started next, inherits the limit
         t = sc.topology
         ensure_open_files(1 + t.clients.count + sum(tier.count for tier in t.tiers))
@@ -492,6 +553,8 @@ def run_scenario_mqtt(
                 emulate_links=emulate_links,
                 processes=processes,
                 progress=tick,
+                insecure=insecure,
+                key_dir=key_dir,
             )
     if broker is None:
         summary["broker"] = "private mosquitto on 127.0.0.1"

@@ -4,6 +4,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import aiomqtt
 import pytest
@@ -125,6 +126,27 @@ def test_acl_with_per_node_up_topics_binds_the_sender():
     assert "\nuser " not in bare
     assert "pattern write fs/+/+/+/up/%u" in bare and "pattern read fs/+/+/%u/up/+" in bare
     assert "pattern read fs/+/+/%u/up\n" in acl_text(per_node_up=False)
+
+
+def test_the_deploy_example_acl_is_what_broker_config_writes(tmp_path):
+    # deploy/mosquitto/site.acl, documented in deploy/README.md: the command's output
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    assert EXE is not None, "the fedstrata command is not installed (pip install -e .)"
+    res = subprocess.run(
+        [
+            *(EXE, "broker", "config", "--site", "cloud", "--scenario", "federation.yaml"),
+            *("--password-file", tmp_path / "passwd", "--out", tmp_path / "site.conf"),
+        ],
+        cwd=deploy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "site.acl").read_text() == (deploy / "mosquitto" / "site.acl").read_text()
+    conf = (tmp_path / "site.conf").read_text().splitlines()
+    assert "use_username_as_clientid true" in conf
+    assert f"acl_file {tmp_path / 'site.acl'}" in conf
 
 
 def test_acl_refuses_bad_node_ids():

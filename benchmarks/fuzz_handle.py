@@ -48,7 +48,7 @@ from fedstrata import wire
 from fedstrata.errors import WireError
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
-from fedstrata.nodes.events import Delivered
+from fedstrata.nodes.events import Delivered, TimerFired
 from fedstrata.scenarios.build import build_federation
 from fedstrata.scenarios.loader import parse_scenario
 
@@ -395,6 +395,34 @@ def _reshape(value: np.ndarray, rng: np.random.Generator) -> Any:
     return value[..., None]
 
 
+def _same_type(value: Any, rng: np.random.Generator) -> Any:
+    """Another value of ``value``'s type: bounds, sizes and shapes are what fails."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return int(rng.choice([0, 1, -1, 2, 3, 10**6, 2**31, 2**62, -(2**62), value + 1]))
+    if isinstance(value, float):
+        return float(rng.choice([math.nan, math.inf, -math.inf, 1e308, -1e308, 0.0, -value, 1.0]))
+    if isinstance(value, str):
+        return str(_STRINGS[int(rng.integers(len(_STRINGS)))])
+    if isinstance(value, bytes):
+        k = int(rng.integers(3))
+        if k == 0 and value:
+            return value[:-1]
+        if k == 1:
+            return value + b"\x00"
+        return bytes(b ^ 0xFF for b in value)
+    if isinstance(value, np.ndarray):
+        return _reshape(value, rng)
+    if isinstance(value, list):
+        return value[:-1] if value and rng.random() < 0.5 else value + value[:1]
+    if isinstance(value, dict) and value:
+        out = dict(value)
+        out.pop(list(out)[int(rng.integers(len(out)))])
+        return out
+    return _values(rng)
+
+
 def _paths(value: Any, prefix: tuple[Any, ...] = (), depth: int = 0) -> Iterator[tuple[Any, ...]]:
     """Every path (key or index sequence) into a body, containers first."""
     if depth > 5:
@@ -439,6 +467,8 @@ def mutate_body(body: dict[str, Any], rng: np.random.Generator) -> dict[str, Any
                 current.pop(int(rng.integers(len(current))))
             else:
                 current.append(copy.deepcopy(current[0]))
+        elif op in (5, 6):  # the same type, another value: reaches past the schema
+            parent[path[-1]] = _same_type(current, rng)
         elif op == 4:  # a routing field replaced by anything
             names = [p for p in paths if p[-1] in ROUTING]
             if names:
@@ -504,10 +534,10 @@ def payload_of(cap: Capture, env: wire.Envelope) -> bytes | None:
         return None  # not representable on the wire (e.g. an int beyond 64 bits)
     if cap.signer is None or getattr(cap.signer, "keys", None) is None:
         return raw
-    try:
+    try:  # the signature binds the topic it is published on
+        return cap.signer.wrap(raw, cap.topic)
+    except TypeError:  # a seal of before topic binding (the fuzzer also runs on old trees)
         return cap.signer.wrap(raw)
-    except Exception:  # a seal whose wrap needs more context: sign the envelope itself
-        return cap.signer.encode(env)
 
 
 # --------------------------------------------------------------------------- cases
@@ -554,6 +584,16 @@ def run_case(cap: Capture, rng: np.random.Generator, report: Report) -> None:
         effects = node.handle(Delivered(now=cap.now, topic=cap.topic, payload=payload))
         if not isinstance(effects, list):
             raise TypeError(f"handle returned {type(effects).__name__}, not a list")
+        if isinstance(node, AggregatorNode):
+            # what the mutant left in the node is read when the round closes: the
+            # deadline fires (each secure phase has its own), nothing may escape then
+            now = cap.now
+            for _ in range(5):
+                now += 1e4
+                more = node.handle(TimerFired(now=now, name="deadline"))
+                if not isinstance(more, list):
+                    raise TypeError(f"handle returned {type(more).__name__}, not a list")
+                effects += more
     except Exception as exc:  # the property under test: nothing escapes
         site = _site(exc)
         report.escapes[site] += 1

@@ -37,6 +37,7 @@ from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.mqtt import config_topic, down_topic, member_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
+from fedstrata.nodes.bodies import check_body, dropped
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
     CancelTimer,
@@ -304,6 +305,12 @@ class AggregatorNode:
         if isinstance(event, Delivered):
             try:
                 env = self._seal.decode(event.payload, event.topic)
+            except AuthenticationError as exc:
+                return [rejected(self.node_id, exc)]
+            except WireError as exc:  # not an envelope at all
+                return [dropped(self.node_id, str(exc), "garbage")]
+            try:
+                check_body(env)  # the body's declared schema, before anything reads it
                 if event.topic == self._up():
                     return self._on_update(env, len(event.payload))
                 if event.topic == self._topics[4]:
@@ -311,10 +318,8 @@ class AggregatorNode:
                 if event.topic == self._member_topic:
                     return self._on_parent_secagg(env)
                 return self._on_parent_model(env)
-            except AuthenticationError as exc:
-                return [rejected(self.node_id, exc)]
-            except WireError as exc:
-                return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
+            except WireError as exc:  # fails the schema, or the plug-in's readers
+                return [dropped(self.node_id, str(exc), "malformed")]
         raise NodeProtocolError(f"unknown event {type(event).__name__}")
 
     # -- broadcasting ----------------------------------------------------------------
@@ -467,7 +472,11 @@ class AggregatorNode:
             return [
                 Record(
                     kind="dropped",
-                    fields={**fields, "reason": "plaintext update in a secure round"},
+                    fields={
+                        **fields,
+                        "reason": "plaintext update in a secure round",
+                        "category": "malformed",
+                    },
                 )
             ]
         body = dict(env.body)
@@ -483,7 +492,11 @@ class AggregatorNode:
         try:
             taken = session.receive(env.sender, body, nbytes)
         except REFUSALS as exc:
-            return [Record(kind="dropped", fields={**fields, "reason": str(exc)})]
+            return [
+                Record(
+                    kind="dropped", fields={**fields, "reason": str(exc), "category": "malformed"}
+                )
+            ]
         if not taken:
             return [Record(kind="late", fields=fields)]
         if phase is ServerPhase.KEYS:
@@ -866,6 +879,7 @@ class AggregatorNode:
                     fields={
                         **fields,
                         "reason": "the parent asked for a plaintext round under secure aggregation",
+                        "category": "malformed",
                     },
                 )
             ]
@@ -915,6 +929,7 @@ class AggregatorNode:
                     fields={
                         **fields,
                         "reason": "no secure session with the parent this round; nothing forwarded",
+                        "category": "late",
                     },
                 )
             ]
@@ -963,6 +978,7 @@ class AggregatorNode:
             fields={
                 "node": self.node_id,
                 "reason": "the children's partials sum to a non-finite value; nothing forwarded",
+                "category": "malformed",
             },
         )
         with np.errstate(all="ignore"):  # overflow is detected, not warned about

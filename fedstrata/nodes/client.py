@@ -21,6 +21,7 @@ from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.mqtt import config_topic, down_topic, member_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
+from fedstrata.nodes.bodies import check_body, dropped
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import (
     Compute,
@@ -206,15 +207,19 @@ class ClientNode:
         if isinstance(event, Delivered):
             try:
                 env = self._seal.decode(event.payload, event.topic, decode_shared)
+            except AuthenticationError as exc:
+                return [rejected(self.node_id, exc)]
+            except WireError as exc:  # not an envelope at all
+                return [dropped(self.node_id, str(exc), "garbage")]
+            try:
+                check_body(env)  # the body's declared schema, before anything reads it
                 if event.topic == self._config_topic:
                     return self._on_config(env)
                 if event.topic == self._member_topic:
                     return self._on_secagg(env)
                 return self._on_model(env)
-            except AuthenticationError as exc:
-                return [rejected(self.node_id, exc)]
-            except WireError as exc:
-                return [Record(kind="dropped", fields={"node": self.node_id, "reason": str(exc)})]
+            except WireError as exc:  # fails the schema, or the plug-in's readers
+                return [dropped(self.node_id, str(exc), "malformed")]
         raise NodeProtocolError(f"unknown event {type(event).__name__}")
 
     # -- protocol ------------------------------------------------------------------
@@ -333,7 +338,11 @@ class ClientNode:
             return [
                 Record(
                     kind="dropped",
-                    fields={**fields, "reason": "a plaintext round under secure aggregation"},
+                    fields={
+                        **fields,
+                        "reason": "a plaintext round under secure aggregation",
+                        "category": "malformed",
+                    },
                 )
             ]
         assert self._layout is not None

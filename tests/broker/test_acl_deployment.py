@@ -49,7 +49,7 @@ def test_a_node_deployment_runs_on_the_generated_site_broker(tmp_path):
         subprocess.run(args, check=True, capture_output=True, timeout=30)
 
     res = subprocess.run(
-        [EXE, "keys", tmp_path / "federation.yaml", "--out", tmp_path / "keys"],
+        [EXE, "keys", tmp_path / "federation.yaml", "--out", tmp_path / "site-keys"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -75,8 +75,10 @@ def test_a_node_deployment_runs_on_the_generated_site_broker(tmp_path):
             section = f"{{url: '{broker.url}', username: {node}, password_file: {node}.pass}}"
             text, n = re.subn(r"^broker: .*$", f"broker: {section}", path.read_text(), flags=re.M)
             assert n == 1
-            keys = f"signing: {{key: keys/{node}.key, public_keys: keys/public-keys.json}}\n"
-            path.write_text(text + keys)
+            # this test's own keys, from `fedstrata keys` (whatever the helper wrote)
+            text = re.sub(r"^(signing|insecure): .*\n", "", text, flags=re.M)
+            keys = f"key: site-keys/{node}.key, public_keys: site-keys/public-keys.json"
+            path.write_text(text + f"signing: {{{keys}}}\n")
         procs = {node: start_node(path) for node, path in configs.items()}
         results = {}
         try:

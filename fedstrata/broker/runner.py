@@ -324,8 +324,10 @@ class NodeRunner:
     idle_timeout_s
         Stop the node (:attr:`idled_out` says why) when no message arrived on a
         topic starting with one of ``idle_topics`` (every topic when empty) for this
-        long since the node started or last heard one: the clients of an
-        aggregator that is gone end instead of waiting forever. ``None``: never.
+        long since it last heard one: the clients of an aggregator that is gone end
+        instead of waiting forever. The clock starts with the first such message
+        (devices start in any order: a parent not yet up is not gone). ``None``:
+        never.
     republish
         After a reconnect, publish the node's last message of every topic again, at
         once and once more ``2 * backoff_max_s + 1`` seconds later (when every peer
@@ -546,8 +548,6 @@ class NodeRunner:
                     )
                 if not self._started:
                     self._started = True
-                    self._heard_at = self.log.now()
-                    self._arm_idle(self.idle_timeout_s)
                     self._feed(Started(now=self.log.now()))
                 else:  # the broker may have lost the session: subscribe again
                     for pattern, qos in self._subs.items():
@@ -650,6 +650,8 @@ class NodeRunner:
             presence = _PRESENCE.match(topic)
             if presence is None:
                 if not self.idle_topics or topic.startswith(self.idle_topics):
+                    if self._idle_handle is None:  # the first message: the clock starts
+                        self._arm_idle(self.idle_timeout_s)
                     self._heard_at = self.log.now()
                 self.traffic.delivered += 1
                 self.traffic.payload_bytes_in += len(payload)

@@ -28,8 +28,20 @@ session cleared after a normal finish) and writes into the output folder:
 Statuses of ``node.json``: ``finished`` (the node completed its part of the run),
 ``interrupted`` (Ctrl-C or SIGTERM: the node disconnected cleanly; its broker session
 is kept, so a restarted node resumes it), ``timed_out`` (``timeout_s`` passed),
-``transport_failed`` (the broker could not be reached, or was lost for good), and
-``error`` (a bug or a protocol violation: the exception is re-raised). The root also
+``transport_failed`` (the broker could not be reached, or was lost for good),
+``crashed`` (the node's ``handle`` raised: ``reason`` has the exception's type and
+message; the connection was dropped without a DISCONNECT so that the broker publishes
+the node's will, as for a device that died), ``parent_lost`` (a node below the root
+heard nothing from its aggregator for the idle limit,
+:func:`~fedstrata.scenarios.mqtt_nodes.idle_timeout_s`: three round deadlines per
+aggregator level, times the tiers' periods), and ``error`` (a bug of the runner: the
+exception is re-raised).
+
+A folder whose ``node.json`` says ``finished`` is refused (an
+:class:`~fedstrata.analysis.records.OutputError`, exit 2): a node restarted into it
+would replace a finished node's model and rounds. A folder of a node that did not
+finish (interrupted, crashed, timed out) is taken: the restarted node resumes its
+broker session and rewrites the files. The root also
 records how the run ended: ``run_status`` (``converged``, ``round_limit``,
 ``stalled``, ``diverged``, ``interrupted``), ``run_reason`` and ``rounds``.
 """
@@ -68,6 +80,7 @@ from fedstrata.errors import TransportError
 from fedstrata.mqtt import PROTOCOL_MQTT5, presence_topic
 from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.nodes.algorithm import Algorithm
+from fedstrata.scenarios.mqtt_nodes import idle_timeout_s, parent_topics
 
 __all__ = [
     "EXIT_CODES",
@@ -93,6 +106,8 @@ EXIT_CODES = {
     "interrupted": 130,
     "timed_out": 1,
     "transport_failed": 1,
+    "crashed": 1,
+    "parent_lost": 1,
 }
 
 
@@ -353,6 +368,10 @@ async def _serve(
             raise exc
     if runner.finished:
         return "finished", ""
+    if runner.crashed is not None:
+        return "crashed", f"{cfg.node_id} crashed: {runner.crashed}"
+    if runner.idled_out is not None:
+        return "parent_lost", runner.idled_out
     if received:
         return interrupted(f"after {runner.log.now():.1f} s")
     if runner.failure is not None:
@@ -364,7 +383,26 @@ async def _serve(
     )
 
 
+def _refuse_finished(out: Path) -> None:
+    """Raise OutputError if ``out`` holds the record of a node that finished."""
+    import json
+
+    from fedstrata.analysis.records import OutputError
+
+    try:
+        old = json.loads((out / "node.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no readable record: nothing finished to protect
+    if isinstance(old, dict) and old.get("status") == "finished":
+        raise OutputError(
+            f"{out} holds the record of node {old.get('node')!r} that finished "
+            f"(run id {old.get('run_id')!r}, ended {old.get('ended_at')}); give this node "
+            "another out folder, or move that record away"
+        )
+
+
 def _prepare_out(out: Path) -> None:
+    _refuse_finished(out)
     out.mkdir(parents=True, exist_ok=True)
     for name in NODE_FILES:
         with contextlib.suppress(FileNotFoundError):
@@ -509,11 +547,16 @@ def run_node(
 
     Raises
     ------
+    OutputError
+        If the output folder holds the record of a node that finished.
     NodeProtocolError
-        If the node broke its protocol (a bug); ``node.json`` says ``error``.
+        If the runner met an effect it cannot carry out (a bug); ``node.json`` says
+        ``error``.
 
     """
+    _refuse_finished(cfg.out)  # before anything is built or connected
     device = cfg.build()
+    heard_on = parent_topics(device.node)  # the root has no parent: no idle limit
     runner = NodeRunner(
         device.node,
         cfg.endpoint,
@@ -524,6 +567,8 @@ def run_node(
         presence=presence_topic(cfg.run, cfg.node_id),
         max_attempts=cfg.max_attempts,
         backoff_max_s=5.0,
+        idle_timeout_s=idle_timeout_s(cfg.scenario) if heard_on else None,
+        idle_topics=heard_on,
     )
     started = _now_iso()
     t0 = time.monotonic()

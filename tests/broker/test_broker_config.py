@@ -184,6 +184,21 @@ def test_conf_and_bridge_text():
     assert "use_username_as_clientid" not in mosquitto_conf(
         "x", password_file="/p", pin_client_ids=False
     )
+    # client certificates as identities: required, CN = user name, no password file
+    certs = mosquitto_conf(
+        "x",
+        password_file="/p",
+        tls_ca="/ca",
+        tls_cert="/c",
+        tls_key="/k",
+        client_cert_identity=True,
+    ).splitlines()
+    for line in ("require_certificate true", "use_identity_as_username true"):
+        assert line in certs
+    assert "require_certificate false" not in certs and "password_file /p" not in certs
+    assert "use_username_as_clientid true" in certs and "allow_anonymous false" in certs
+    with pytest.raises(ValidationError, match="--tls-ca"):
+        mosquitto_conf("x", tls_cert="/c", tls_key="/k", client_cert_identity=True)
     br = bridge_text("fog-0", "cloud.example:8883", cloud_id="cloud")
     assert "address cloud.example:8883" in br and "topic fs/+/cloud/cloud/up out 1" in br
     assert "topic fs/+/cloud/cloud/down in 1\ntopic fs/+/cloud/cloud/config in 1" in br

@@ -55,6 +55,22 @@ The server closes a round when its caller calls :meth:`~SecAggServer.advance` (o
 :meth:`~SecAggServer.finish`), typically once :attr:`~SecAggServer.waiting_for` is
 empty or a deadline has passed. Replies that arrive after that are ignored.
 
+Check tag
+---------
+Each client appends one word to its encoded input ``q`` before masking it:
+``tag = 1 + Σ_j c_j q_j mod 2**k``, with public odd coefficients ``c`` derived from
+the session id (:func:`check_tag`). The tag is masked with the input, so the server
+sees only the survivors' sum, ``|U3| + Σ_j c_j Q_j``, where ``Q`` is the unmasked sum,
+and :meth:`SecAggServer.finish` refuses a sum whose tag differs
+(:class:`CheckTagError`). A masked vector that is not the masking of an encoded input
+(uniformly random words, a corrupted or truncated vector, masks of another session)
+changes the unmasked tag word by a uniformly random amount given the other words, so
+it passes with probability exactly ``2**-k`` (``k = 64``: about 5e-20). Then
+:func:`fedstrata.privacy.fixedpoint.decode` checks the range of the sum. What neither
+check catches: a client that knows the protocol can mask any vector it likes, with a
+matching tag (the coefficients are public to the members); only the range of the
+*sum* bounds what it adds. A range proof per client would be needed to stop that.
+
 SecAgg+ graph
 -------------
 With ``degree = k`` (even), the graph is the Harary graph H(k, n), a circulant: put
@@ -139,6 +155,7 @@ __all__ = [
     "UNMASK",
     "AggregateResult",
     "BelowThresholdError",
+    "CheckTagError",
     "ClientPhase",
     "ConsistencyError",
     "MalformedMessageError",
@@ -148,6 +165,7 @@ __all__ = [
     "SecAggError",
     "SecAggServer",
     "ServerPhase",
+    "check_tag",
     "neighbourhoods",
 ]
 
@@ -181,6 +199,7 @@ _CIPHERTEXT_BYTES: Final = _PLAINTEXT_BYTES + Box.NONCE_SIZE + 16  # nonce + Pol
 _PAIR_LABEL: Final = b"fedstrata.sa.pm"
 _COMMIT_LABEL: Final = b"fedstrata.sa.bc"
 _GRAPH_LABEL: Final = b"fedstrata.sa.gr"
+_CHECK_LABEL: Final = b"fedstrata.sa.ck"
 
 
 class SecAggError(PrivacyError):
@@ -197,6 +216,10 @@ class ConsistencyError(SecAggError):
 
 class MalformedMessageError(SecAggError, WireError):
     """A message lacks a field or has one of the wrong type or size."""
+
+
+class CheckTagError(SecAggError):
+    """The unmasked sum fails its check tag: some masked input was not a valid masking."""
 
 
 # ---------------------------------------------------------------------------- config
@@ -345,6 +368,25 @@ def _agree(private: bytes, public: bytes) -> bytes:
         return crypto_scalarmult(private, public)
     except CryptoError as exc:
         raise ConsistencyError("a public key is invalid (low-order point)") from exc
+
+
+def _check_coefficients(session: bytes, length: int) -> NDArray[np.uint64]:
+    """The check tag's public coefficients: ``length`` odd words derived from the session."""
+    seed = prg.derive_seed(session, label=_CHECK_LABEL)
+    return prg.expand(seed, length) | np.uint64(1)
+
+
+def check_tag(encoded: NDArray[np.uint64], session: bytes, modulus_bits: int) -> np.uint64:
+    """One member's check tag: ``1 + Σ_j c_j q_j mod 2**k`` over its encoded input ``q``.
+
+    The tag is linear in ``q``, so the tags of the survivors add up to
+    ``|U3| + Σ_j c_j Q_j`` where ``Q`` is the unmasked sum: :meth:`SecAggServer.finish`
+    checks exactly that (see "Check tag" in the module docstring).
+    """
+    c = _check_coefficients(session, encoded.shape[0])
+    with np.errstate(over="ignore"):
+        tag = np.uint64(1) + np.sum(c * encoded, dtype=np.uint64)
+    return tag & np.uint64((1 << modulus_bits) - 1)
 
 
 def _pair_mask(
@@ -614,18 +656,21 @@ class SecAggClient:
             self._held[sender] = self._open(sender, ciphertext)
         self._partners = frozenset(ciphertexts)
         cfg, n = self.config, len(self._roster)
-        y = fixedpoint.encode(
+        q = fixedpoint.encode(
             self._x,
             scale_bits=cfg.scale_bits,
             clip=cfg.clip,
             n_summands=n,
             modulus_bits=cfg.modulus_bits,
         )
-        y += prg.expand(self._b, cfg.vector_length)
+        # the input and its check tag, masked together (one more word on the wire)
+        y = np.append(q, check_tag(q, self._session, cfg.modulus_bits))
+        length = cfg.vector_length + 1
+        y += prg.expand(self._b, length)
         me, sk = self._index[self.client_id], bytes(self._s_sk)
         for v in self._partners:
             j = self._index[v]
-            mask = _pair_mask(sk, self._s_pks[v], self._session, me, j, cfg.vector_length)
+            mask = _pair_mask(sk, self._s_pks[v], self._session, me, j, length)
             if j > me:
                 y += mask
             else:
@@ -848,13 +893,11 @@ class SecAggServer:
 
     def _on_masked(self, who: str, message: Mapping[str, Any]) -> None:
         y = message.get("masked")
-        if (
-            not isinstance(y, np.ndarray)
-            or y.dtype != np.uint64
-            or y.shape != (self.config.vector_length,)
-        ):
+        length = self.config.vector_length + 1  # the input and its check tag
+        if not isinstance(y, np.ndarray) or y.dtype != np.uint64 or y.shape != (length,):
             raise MalformedMessageError(
-                f"{who}: 'masked' must be a uint64 vector of length {self.config.vector_length}"
+                f"{who}: 'masked' must be a uint64 vector of length {length} "
+                f"(the input's {self.config.vector_length} and the check tag)"
             )
         if self.config.modulus_bits < 64 and (y >> np.uint64(self.config.modulus_bits)).any():
             raise MalformedMessageError(f"{who}: 'masked' holds values >= 2**k")
@@ -969,7 +1012,7 @@ class SecAggServer:
         dropped = self._sorted(frozenset(self._ciphertexts) - frozenset(self._masked))
         b_shares = {u: self._collect(u, 0) for u in u3}
         sk_shares = {u: self._collect(u, 1) for u in dropped}
-        cfg, length = self.config, self.config.vector_length
+        cfg, length = self.config, self.config.vector_length + 1  # with the check tag
         total = np.zeros(length, dtype=np.uint64)
         for u in u3:
             total += self._masked[u]
@@ -994,6 +1037,17 @@ class SecAggServer:
                 else:
                     total += mask
         total &= np.uint64((1 << cfg.modulus_bits) - 1)
+        total, tag = total[:-1].copy(), total[-1]
+        with np.errstate(over="ignore"):  # sums modulo 2**64, by design
+            expected = check_tag(total, self.session, cfg.modulus_bits) + np.uint64(len(u3) - 1)
+        if tag != expected & np.uint64((1 << cfg.modulus_bits) - 1):
+            raise self._abort(
+                CheckTagError(
+                    "the unmasked sum fails its check tag: a masked input of this round is not "
+                    "the masking of an encoded input (garbage, a corrupted or stale vector); "
+                    "no sum"
+                )
+            )
         try:
             values = fixedpoint.decode(
                 total,

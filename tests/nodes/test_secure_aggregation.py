@@ -7,6 +7,8 @@ the same model body, summed with numpy; the nodes never see them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -293,3 +295,39 @@ def test_a_plaintext_update_never_enters_a_secure_round():
     assert any("plaintext" in r["reason"] for r in lb.kinds("dropped"))
     [closing] = root.closings
     assert closing.ok and closing.total["contributors"] == 5
+
+
+class RandomMasked:
+    """A member that replaces its masked input by uniformly random words (same length)."""
+
+    def __init__(self, node, seed: int):
+        self.node, self.node_id, self.rng = node, node.node_id, np.random.default_rng(seed)
+
+    def handle(self, event):
+        out = []
+        for e in self.node.handle(event):
+            if isinstance(e, Publish):
+                env = wire.decode(e.payload)
+                if env.kind == "secagg" and env.body.get("type") == secagg.MASKED:
+                    y = env.body["masked"]
+                    garbage = self.rng.integers(0, 2**64, size=y.shape, dtype=np.uint64)
+                    body = {**env.body, "masked": garbage}
+                    forged = dataclasses.replace(env, body=body)
+                    e = Publish(topic=e.topic, payload=wire.encode(forged))
+            out.append(e)
+        return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_member_with_random_masked_input_fails_the_round_never_a_garbage_sum(seed):
+    """Detected at unmasking by the check tag (a miss has probability 2**-64 per round)."""
+    root, _, _clients, nodes = build([5], protocol("secagg"))
+    nodes["client-2"] = RandomMasked(nodes["client-2"], seed)
+    lb = Loopback(nodes)
+    lb.start()
+    lb.run()
+    [closing] = root.closings
+    assert not closing.ok and closing.total is None
+    assert "check tag" in closing.fields["secure_failure"]
+    [rnd] = lb.kinds("round")
+    assert rnd["ok"] is False

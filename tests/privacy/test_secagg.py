@@ -24,6 +24,7 @@ from fedstrata.privacy.secagg import (
     MASKED,
     UNMASK,
     BelowThresholdError,
+    CheckTagError,
     ClientPhase,
     ConsistencyError,
     MalformedMessageError,
@@ -32,6 +33,7 @@ from fedstrata.privacy.secagg import (
     SecAggError,
     SecAggServer,
     ServerPhase,
+    check_tag,
     neighbourhoods,
 )
 
@@ -502,11 +504,12 @@ def test_server_rejects_malformed_replies() -> None:
     assert run.server.receive("node-000", reply)
     run.round({c: m for c, m in messages.items() if c != "node-000"}, 1)
     messages = run.server.advance()
-    for bad in (
-        np.zeros(3, np.int64),
-        np.zeros(4, np.uint64),
-        np.full(3, 2**40, np.uint64),
-        [0] * 3,
+    for bad in (  # the right length is the input's 3 words and the check tag
+        np.zeros(4, np.int64),
+        np.zeros(3, np.uint64),
+        np.zeros(5, np.uint64),
+        np.full(4, 2**40, np.uint64),
+        [0] * 4,
     ):
         with pytest.raises(MalformedMessageError):
             run.server.receive("node-000", {"type": MASKED, "session": session, "masked": bad})
@@ -618,3 +621,120 @@ def test_prg_validation_and_seed_derivation() -> None:
     assert prg.derive_seed(b"ke", label=b"a", context=b"y") != prg.derive_seed(b"key", label=b"a")
     with pytest.raises(ValidationError, match="label"):
         prg.derive_seed(b"key", label=b"x" * 17)
+
+
+# ------------------------------------------------------------ the check tag (input range)
+
+
+def run_with_masked(
+    n: int, cfg: SecAggConfig, seed: int, tamper: Callable[[str, np.ndarray], np.ndarray]
+) -> Run:
+    """A run up to the reveals in which ``tamper(client, masked)`` replaces masked inputs."""
+    run = Run(n, cfg, seed=seed)
+    messages = run.server.start()
+    for r in range(2):
+        run.round(messages, r)
+        messages = run.server.advance()
+    for c, message in messages.items():
+        reply = run.clients[c].handle(message)
+        reply["masked"] = tamper(c, reply["masked"])
+        assert run.server.receive(c, reply)
+    messages = run.server.advance()
+    run.round(messages, 3)
+    return run
+
+
+@pytest.mark.parametrize("degree", [None, 2])
+def test_a_member_sending_uniformly_random_masked_input_is_detected(degree: int | None) -> None:
+    """50 seeded trials, each detected: a random vector passes the tag with probability 2**-64.
+
+    So the chance that this test sees one miss in its 50 trials is 50 * 2**-64 < 3e-18;
+    without the tag, the range check alone passed such a sum (the sum range is nearly
+    the whole ring with the nodes' headroom clip).
+    """
+    n, length = 5, 6
+    clip = float(2.0**62 / n / 2**24)  # the widest range whose sum cannot wrap: as the nodes
+    cfg = SecAggConfig(vector_length=length, clip=clip, scale_bits=24, degree=degree)
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+
+        def garbage(c: str, y: np.ndarray, rng: np.random.Generator = rng) -> np.ndarray:
+            if c != "node-002":
+                return y
+            return rng.integers(0, 2**64, size=y.shape, dtype=np.uint64)
+
+        run = run_with_masked(n, cfg, seed, garbage)
+        with pytest.raises(CheckTagError, match="check tag"):
+            run.server.finish()
+        assert run.server.phase is ServerPhase.ABORTED
+
+
+def test_one_corrupted_word_is_always_detected() -> None:
+    """c_j is odd, so c_j * e is never 0 mod 2**k for e != 0: a single changed word never passes."""
+    cfg = SecAggConfig(vector_length=4, clip=1.0, modulus_bits=32)
+    for seed, (j, e) in enumerate([(0, 1), (3, 2**31), (4, 12345), (1, 2**32 - 1)]):
+
+        def corrupt(c: str, y: np.ndarray, j: int = j, e: int = e) -> np.ndarray:
+            if c != "node-001":
+                return y
+            out = y.copy()
+            out[j] = (int(out[j]) + e) % 2**32  # j == 4: the tag word itself
+            return out
+
+        run = run_with_masked(4, cfg, seed, corrupt)
+        with pytest.raises(CheckTagError):
+            run.server.finish()
+
+
+def test_honest_sums_pass_the_tag_with_any_modulus() -> None:
+    for bits in (16, 32, 64):
+        cfg = SecAggConfig(vector_length=3, clip=1.0, scale_bits=8, modulus_bits=bits)
+        run = Run(5, cfg, seed=bits)
+        check_exact(run, run.execute())
+
+
+def test_check_tag_is_linear_in_the_encoded_input() -> None:
+    """Σ tag(q_u) = |U| + (tag(Σ q_u) - 1) mod 2**k: what finish() relies on."""
+    rng = np.random.default_rng(0)
+    session = bytes(range(16))
+    qs = [rng.integers(0, 2**64, 7, dtype=np.uint64) for _ in range(4)]
+    with np.errstate(over="ignore"):
+        lhs = sum((int(check_tag(q, session, 64)) for q in qs), 0) % 2**64
+        total = qs[0] + qs[1] + qs[2] + qs[3]
+    rhs = (4 + int(check_tag(total, session, 64)) - 1) % 2**64
+    assert lhs == rhs
+    assert check_tag(qs[0], session, 64) != check_tag(qs[0], bytes(16), 64)  # session-bound
+
+
+def test_a_knowing_member_shifts_the_sum_within_its_range_undetected() -> None:
+    """What stays undetectable (docs/privacy.md): a member that masks a vector of its choice.
+
+    Here one member encodes with 2.5 times the agreed clip, its tag consistent with
+    that: the tag passes, and the sum's range check passes while the sum stays within
+    ±n*Q. Beyond that the range check refuses the sum.
+    """
+    import dataclasses
+
+    n = 5
+    cfg = SecAggConfig(vector_length=2, clip=1.0, scale_bits=20)
+    for factor, caught in ((2.5, False), (40.0, True)):
+        run = Run(n, cfg, seed=7)
+        for c in run.roster:  # honest inputs of 0.5: the sum's range is ±5, theirs 2
+            run.xs[c] = np.full(2, 0.5)
+            run.clients[c].set_input(run.xs[c])
+        liar = run.clients["node-003"]
+        messages = run.server.start()
+        for r in range(2):
+            run.round(messages, r)
+            messages = run.server.advance()
+        liar.config = dataclasses.replace(cfg, clip=factor)  # after the setup's comparison
+        liar.set_input(np.full(2, factor))
+        run.round(messages, 2)
+        messages = run.server.advance()
+        run.round(messages, 3)
+        if caught:
+            with pytest.raises(fp.FixedPointOverflowError):
+                run.server.finish()
+        else:
+            result = run.server.finish()
+            assert np.allclose(result.values, 4 * 0.5 + factor, atol=1e-4)

@@ -64,6 +64,10 @@ def _describe(cfg: Any) -> list[str]:
     if cfg.role == "client":
         held = ", ".join(f"{g}: {p}" for g, p in zip(cfg.view_ids, cfg.data_files, strict=True))
         lines.append(f"  data      {cfg.n_samples} samples; views {held}")
+    if cfg.seal is None:
+        lines.append("  signing   NONE: insecure: true (messages unsigned, not checked)")
+    else:
+        lines.append("  signing   Ed25519, key files (unsigned and forged messages refused)")
     lines.append(f"  out       {cfg.out}")
     if cfg.timeout_s is not None:
         lines.append(f"  timeout   {cfg.timeout_s:g} s")

@@ -17,9 +17,10 @@
       - {view: 1, path: data/local.npz, key: x1}
     out: records/client-3       # where the node writes node.json and its results
     timeout_s: 3600             # optional wall-clock limit
-    signing:                    # when the scenario has privacy.sign: true
+    signing:                    # required (unless insecure: true)
       key: keys/client-3.key    # this node's Ed25519 seed (mode 0600)
       public_keys: keys/public-keys.json   # every node's public key
+    # insecure: true            # instead of signing: send and accept unsigned messages
 
 Every relative path is read from the folder of ``node.yaml`` (``~`` is expanded).
 Unknown keys are errors, types are strict (``"5"`` is not a number), and every
@@ -34,11 +35,16 @@ The broker password is never written inline (``broker.password`` is an error):
 it is read from ``password_file`` (its first line) or, when that is absent, from
 the environment variable :data:`PASSWORD_ENV`.
 
-``signing`` is required when the scenario signs its messages (``privacy.sign``) and
-refused otherwise: the node's Ed25519 key file (written by ``fedstrata keys``, mode
-0600; a file others can read is refused) and the JSON roster of every node's public
-key (``{"client-0": "<64 hex digits>", ...}``), which must list every node of the
-topology and agree with the node's own key.
+A node on a device signs every message it sends and accepts only signed ones,
+whatever the scenario's ``privacy.sign`` says: ``signing`` is required, the node's
+Ed25519 key file (written by ``fedstrata keys``, mode 0600; a file others can read is
+refused) and the JSON roster of every node's public key (``{"client-0": "<64 hex
+digits>", ...}``), which must list every node of the topology and agree with the
+node's own key. Only an explicit ``insecure: true`` (and no ``signing``) runs the
+node unsigned, which anyone who can publish on the broker can then impersonate; a
+scenario with ``privacy.sign: true`` cannot run insecure. Every node of a deployment
+must make the same choice: a signing node rejects unsigned messages (``unsigned``)
+and an insecure node cannot read signed ones.
 
 ``view_dims`` gives the feature count of every view of the federation. Every node
 needs them; by default they are read from the scenario's dataset (generated or
@@ -64,7 +70,7 @@ from fedstrata.broker.endpoint import Endpoint
 from fedstrata.device.build import DeviceNode, Role, build_node
 from fedstrata.device.data import DataFileError, read_view
 from fedstrata.errors import FedstrataError, ScenarioError
-from fedstrata.nodes.sealing import Seal
+from fedstrata.nodes.sealing import Seal, load_roster
 from fedstrata.privacy.signing import NodeKeys
 from fedstrata.scenarios.loader import (
     _compose,
@@ -176,6 +182,7 @@ class NodeSpec(_Strict):
     out: FileName
     timeout_s: Annotated[float, Field(gt=0.0, le=MAX_SECONDS)] | None = None
     signing: SigningSpec | None = None
+    insecure: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -211,7 +218,9 @@ class NodeConfig:
     timeout_s
         Wall-clock limit of the node, or ``None``.
     seal
-        Signs and verifies its messages (``privacy.sign``), or ``None``.
+        Signs and verifies its messages, or ``None`` (``insecure``).
+    insecure
+        Whether node.yaml said ``insecure: true`` (unsigned messages).
     warnings
         Things worth knowing that do not stop the node.
     """
@@ -236,6 +245,7 @@ class NodeConfig:
     timeout_s: float | None
     seal: Seal | None = None
     warnings: tuple[str, ...] = ()
+    insecure: bool = False
 
     @property
     def n_samples(self) -> int:
@@ -641,6 +651,7 @@ def _load(p: Path, file: str) -> NodeConfig:
         timeout_s=spec.timeout_s,
         seal=seal,
         warnings=tuple(warnings),
+        insecure=spec.insecure,
     )
 
 
@@ -651,16 +662,21 @@ def _seal(
     resolve: Callable[[str], Path],
     problems: _Problems,
 ) -> Seal | None:
-    """The node's seal from its key files, when the scenario signs its messages."""
-    if not sc.privacy.sign:
+    """The node's seal from its key files (``None``: ``insecure: true``)."""
+    if spec.insecure:
+        if sc.privacy.sign:
+            problems.add(
+                "insecure", "the scenario signs its messages (privacy.sign: true): remove it"
+            )
         if spec.signing is not None:
-            problems.add("signing", "the scenario does not sign messages (privacy.sign); remove it")
+            problems.add("insecure", "signing is given too: remove insecure or signing")
         return None
     if spec.signing is None:
         problems.add(
             "node",
-            "the scenario signs its messages (privacy.sign: true): give signing.key and "
-            "signing.public_keys (written by `fedstrata keys SCENARIO --out DIR`)",
+            "a node signs its messages: give signing.key and signing.public_keys (written "
+            "by `fedstrata keys SCENARIO --out DIR`), or set insecure: true to run "
+            "unsigned (anyone who can publish on the broker can then impersonate a node)",
         )
         return None
     keys = None
@@ -693,17 +709,7 @@ def _seal(
 
 def read_public_keys(path: Path) -> dict[str, bytes]:
     """A public-key roster: a JSON object of node id to 64 hex digits."""
-    import json
-
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError(f"{path.name} must be a JSON object of node id to public key")
-    out: dict[str, bytes] = {}
-    for node, text in data.items():
-        if not isinstance(text, str) or len(text) != 64:
-            raise ValueError(f"the public key of {node!r} must be 64 hex digits")
-        out[node] = bytes.fromhex(text)
-    return out
+    return load_roster(path)
 
 
 def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:

@@ -8,10 +8,13 @@ session cleared after a normal finish) and writes into the output folder:
 
 ``node.json`` (every node)
     How the node ended (``status``, ``reason``), its traffic, reconnects and wall
-    time, the run id, the scenario (name, file, hash, seed), the broker and the
-    fedstrata version. It is written with ``status: running`` before the node
-    connects, and rewritten at the end: a ``running`` file means the process died
-    without a chance to write (``SIGKILL``, power loss).
+    time, the run id, the scenario (name, file, hash, seed), the broker, the
+    fedstrata version, how its messages were protected (``"signed": true, "keys":
+    "key files"``, or ``"signed": false, "insecure": true``) and the messages it
+    refused, by reason (``rejected``: ``forged``, ``wrong_run``, ...). It is written
+    with ``status: running`` before the node connects, and rewritten at the end: a
+    ``running`` file means the process died without a chance to write (``SIGKILL``,
+    power loss).
 ``model.npz``, ``rounds.csv`` (the root)
     The global model (the arrays of a run record's ``model.npz``) and one row per
     aggregation of the root's own rounds (the columns of a run record's
@@ -57,7 +60,7 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -437,6 +440,12 @@ def _base_record(
         "wall_time_s": None,
         "warnings": list(cfg.warnings),
         "files": ["node.json"],
+        # how its messages were protected: key files, or unsigned on purpose
+        **(
+            {"signed": False, "insecure": True}
+            if cfg.seal is None
+            else {"signed": True, "keys": "key files"}
+        ),
     }
     if device.role == "client":
         record["samples"] = cfg.n_samples
@@ -463,6 +472,8 @@ def _finish_record(
     record["traffic"] = {**asdict(t), "reconnects": t.reconnects}
     record["reconnects"] = t.reconnects
     record["failure"] = runner.failure
+    refused = Counter(r["fields"]["reason"] for r in records if r["kind"] == "rejected")
+    record["rejected"] = dict(sorted(refused.items()))  # messages refused, by reason
     if device.role == "root":
         result = runner.result if runner.finished else None
         state, model_round, rounds = _last_model(records, cfg.node_id)

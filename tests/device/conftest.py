@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedstrata.privacy.signing import NodeKeys
 from fedstrata.scenarios.build import build_federation
 from fedstrata.scenarios.loader import load_scenario
 from tests.broker.conftest import _need_mosquitto, mosquitto  # noqa: F401 - the fixture
@@ -48,26 +49,42 @@ def write_deployment(
     url: str,
     timeout_s: float | None = None,
     broker: str | None = None,
+    signing: str = "keys",
 ) -> dict[str, Path]:
     """Scenario, data files and one node.yaml per node in ``folder``; node id -> node.yaml.
 
     Client ``client-j`` holds its simulated samples: view files alternate between CSV
     (even j) and one .npz archive holding every view (odd j). ``broker`` replaces the
-    broker section's flow mapping (``{url: ...}``).
+    broker section's flow mapping (``{url: ...}``). ``signing``: ``"keys"`` (as a
+    deployment should: fresh keys in ``folder/keys``, named under ``signing``),
+    ``"insecure"`` (``insecure: true``) or ``"none"`` (neither: the caller adds one).
     """
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "federation.yaml").write_text(scenario_text)
     sc = load_scenario(folder / "federation.yaml")
     fed = build_federation(sc)
     extra = "" if timeout_s is None else f"timeout_s: {timeout_s}\n"
+    roster: dict[str, str] = {}
+    if signing == "keys":
+        (folder / "keys").mkdir(exist_ok=True)
+        for node in [n for ids in sc.node_ids().values() for n in ids]:
+            k = NodeKeys.generate()
+            k.save(folder / "keys" / f"{node}.key", overwrite=True)
+            roster[node] = k.public_key.hex()
+        (folder / "keys" / "public-keys.json").write_text(json.dumps(roster))
     section = broker or f"{{url: '{url}'}}"
     configs: dict[str, Path] = {}
 
     def node_yaml(node: str, data: str = "") -> None:
         path = folder / f"{node}.yaml"
+        sign = {
+            "keys": f"signing: {{key: keys/{node}.key, public_keys: keys/public-keys.json}}\n",
+            "insecure": "insecure: true\n",
+            "none": "",
+        }[signing]
         path.write_text(
             f"scenario: federation.yaml\nnode: {node}\nrun: {run}\n"
-            f"broker: {section}\n{data}out: records/{node}\n{extra}"
+            f"broker: {section}\n{data}out: records/{node}\n{extra}{sign}"
         )
         configs[node] = path
 

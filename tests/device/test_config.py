@@ -29,9 +29,20 @@ def site(tmp_path, monkeypatch):
     return tmp_path
 
 
+def insecure(text: str) -> str:
+    """``text`` with ``insecure: true`` appended, unless it says how it signs.
+
+    Most tests here are about other keys: an unsigned node keeps them short (signing
+    is tested in test_signed_node_mqtt.py and below).
+    """
+    if "signing" in text or "insecure" in text or "out:" not in text:
+        return text  # (a config that is not a mapping of keys stays as it is)
+    return text + "insecure: true\n"
+
+
 def problems(text: str, name: str = "node.yaml") -> list[str]:
     with open(name, "w") as fh:
-        fh.write(text)
+        fh.write(insecure(text))
     with pytest.raises(ScenarioErrors) as info:
         load_node_config(name)
     return [e.located() for e in info.value.errors]
@@ -46,6 +57,7 @@ data:
   - {view: 0, path: v0.csv}
   - {view: 1, path: v1.npz, key: x1}
 out: records/client-1
+insecure: true
 """
 
 
@@ -81,7 +93,7 @@ def test_an_aggregator_config_loads_with_view_dims(site, monkeypatch):
     monkeypatch.setattr(config_module, "_dataset_dims", no_dataset)
     (site / "node.yaml").write_text(
         "scenario: fed.yaml\nnode: cloud\nrun: trial-1\nbroker: {url: 'mqtts://b:8884'}\n"
-        "view_dims: [2, 2]\nout: rec\ntimeout_s: 60\n"
+        "view_dims: [2, 2]\nout: rec\ntimeout_s: 60\ninsecure: true\n"
     )
     cfg = load_node_config("node.yaml")
     assert (cfg.role, cfg.parent, cfg.run, cfg.dims, cfg.timeout_s) == (
@@ -99,7 +111,7 @@ def test_unknown_and_missing_keys(site):
     assert problems("scenario: fed.yaml\nnode: cloud\nbrokr: {url: 'mqtt://b'}\nout: o\n") == [
         "node.yaml:1: broker: required key is missing",
         "node.yaml:3: brokr: unknown key; known keys: scenario, node, run, broker, data, "
-        "view_dims, out, timeout_s, signing",
+        "view_dims, out, timeout_s, signing, insecure",
     ]
     assert problems(
         "scenario: fed.yaml\nnode: cloud\nbroker:\n  url: mqtt://b\n  tls: true\nout: o\n"
@@ -148,16 +160,18 @@ def test_password_file_and_environment(site, monkeypatch):
     ]
     (site / "p.txt").write_text("pa ss\nignored\n")
     os.chmod(site / "p.txt", 0o600)
-    (site / "node.yaml").write_text(head + "  username: u\n  password_file: p.txt\n" + tail)
+    (site / "node.yaml").write_text(
+        insecure(head + "  username: u\n  password_file: p.txt\n" + tail)
+    )
     assert load_node_config("node.yaml").endpoint.password == "pa ss"
     os.chmod(site / "p.txt", 0o644)
     assert load_node_config("node.yaml").warnings == (
         "the password file p.txt can be read by other users (mode 0644); chmod 600 it",
     )
     monkeypatch.setenv(PASSWORD_ENV, "from-env")
-    (site / "node.yaml").write_text(head + "  username: u\n" + tail)
+    (site / "node.yaml").write_text(insecure(head + "  username: u\n" + tail))
     assert load_node_config("node.yaml").endpoint.password == "from-env"
-    (site / "node.yaml").write_text(head + tail)
+    (site / "node.yaml").write_text(insecure(head + tail))
     cfg = load_node_config("node.yaml")
     assert cfg.endpoint.password is None
     assert cfg.warnings == (

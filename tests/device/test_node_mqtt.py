@@ -204,13 +204,14 @@ def test_a_bad_config_exits_1_with_located_lines(tmp_path):
         "data:\n"
         "  - {view: 0, path: v0.csv}\n"
         "out: rec\n"
+        "insecure: true\n"
     )
     res = cli(tmp_path, "--config", "node.yaml")
     assert res.returncode == 1 and res.stdout == ""
     assert res.stderr.splitlines() == [
         "node.yaml:1: broker: required key is missing",
         "node.yaml:3: brokr: unknown key; known keys: scenario, node, run, broker, data, "
-        "view_dims, out, timeout_s, signing",
+        "view_dims, out, timeout_s, signing, insecure",
     ]
     (tmp_path / "node.yaml").write_text(
         (tmp_path / "node.yaml").read_text().replace("brokr", "broker")
@@ -311,12 +312,14 @@ def test_tls_with_a_client_certificate_and_a_password(tmp_path):
         text = configs["client-0"].read_text()
         configs["client-0"].write_text(text.replace(f", cert: {certs / 'client.crt'}", "").replace(
             f", key: {certs / 'client.key'}", ""
-        ))  # fmt: skip
+        ).replace("out: records/client-0", "out: records/client-0-again"))  # fmt: skip
         (code, out, err) = finish({"c": start_node(configs["client-0"])}, timeout=30)["c"]
         assert code == 1 and len(err.splitlines()) == 1, err
         assert err.startswith(f"error: cannot reach the MQTT broker at mqtts://127.0.0.1:{port}: ")
         assert "certificate required" in err  # the broker's reason, not a timeout
-        rec = node_json(site, "client-0")
+        # (a new out folder: the first one holds client-0's finished record, which a node
+        # refuses to overwrite)
+        rec = node_json(site, "client-0-again")
         assert rec["status"] == "transport_failed" and rec["mqtt_log"]
     finally:
         broker.terminate()

@@ -38,7 +38,7 @@ def _with_keys(folder, configs):
 @pytest.mark.timeout(180)
 def test_a_signed_secure_device_deployment_computes_the_simulators_model(mosquitto, tmp_path):
     text = SECURE.format(seed=3)
-    configs = write_deployment(tmp_path, text, run=run_id(), url=mosquitto.url)
+    configs = write_deployment(tmp_path, text, run=run_id(), url=mosquitto.url, signing="none")
     _with_keys(tmp_path, configs)
     results = finish({nid: start_node(path) for nid, path in configs.items()}, timeout=120)
     for nid, (code, out, err) in results.items():
@@ -64,10 +64,19 @@ def _check(folder, node):
 
 
 def test_signing_keys_are_checked_before_the_node_starts(tmp_path):
-    configs = write_deployment(tmp_path, SECURE.format(seed=3), run="t", url="mqtt://127.0.0.1:1")
+    configs = write_deployment(
+        tmp_path, SECURE.format(seed=3), run="t", url="mqtt://127.0.0.1:1", signing="none"
+    )
     res = _check(tmp_path, "client-0")  # no signing section
     assert res.returncode == 1
-    assert "client-0.yaml:2: node: the scenario signs its messages" in res.stderr
+    assert "client-0.yaml:2: node: a node signs its messages: give signing.key" in res.stderr
+    # the scenario signs: insecure is refused too
+    path = configs["client-0"]
+    path.write_text(path.read_text() + "insecure: true\n")
+    res = _check(tmp_path, "client-0")
+    assert res.returncode == 1
+    assert "insecure: the scenario signs its messages (privacy.sign: true)" in res.stderr
+    path.write_text(path.read_text().replace("insecure: true\n", ""))
     _with_keys(tmp_path, configs)
     assert _check(tmp_path, "client-0").returncode == 0
     # another node's key

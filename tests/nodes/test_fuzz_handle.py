@@ -1,0 +1,186 @@
+"""Nothing escapes ``handle``: mutations of genuine messages, to every node role.
+
+The machinery is ``benchmarks/fuzz_handle.py`` (its long run takes 1,000,000 cases);
+here a seeded sample of a few thousand cases runs in the suite, the genuine messages
+are checked to pass the declared schemas untouched, and each place a malformed body
+used to raise from (found by that fuzzer and from outside) has its regression test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedstrata import wire
+from fedstrata.nodes.bodies import CATEGORIES
+from fedstrata.nodes.events import Delivered, Publish, Record
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_fuzzer() -> Any:
+    spec = importlib.util.spec_from_file_location("fuzz_handle", ROOT / "benchmarks/fuzz_handle.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_handle"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+fz = _load_fuzzer()
+
+
+@pytest.fixture(scope="module")
+def captures() -> list[Any]:
+    """Genuine deliveries of every scenario of the fuzzer (about 200, a few seconds)."""
+    return fz.capture_all()
+
+
+def _by_label(captures: list[Any], scenario: str, label: str) -> Any:
+    for cap in captures:
+        if cap.scenario == scenario and cap.label.startswith(label):
+            return cap
+    raise AssertionError(f"no capture {label!r} in {scenario}: the scenarios changed")
+
+
+def _deliver(cap: Any, body: dict[str, Any], **header: Any) -> list[Any]:
+    """A fresh copy of the capture's node handed ``body`` (signed like the original)."""
+    env = wire.Envelope(
+        kind=header.get("kind", cap.env.kind),
+        run=cap.env.run,
+        round=cap.env.round,
+        tier=cap.env.tier,
+        sender=cap.env.sender,
+        body=body,
+    )
+    payload = fz.payload_of(cap, env)
+    assert payload is not None
+    node = cap.node()
+    effects = node.handle(Delivered(now=cap.now, topic=cap.topic, payload=payload))
+    assert isinstance(effects, list)
+    return effects
+
+
+def _drops(effects: list[Any]) -> list[dict[str, Any]]:
+    return [e.fields for e in effects if isinstance(e, Record) and e.kind == "dropped"]
+
+
+def test_the_captures_cover_every_role_and_message_family(captures):
+    labels = {c.label for c in captures}
+    roles = {c.role for c in captures}
+    assert roles == {"client", "middle", "root"}
+    for part in (
+        "/down/model/setup",
+        "/down/model/iter",
+        "/down/model/final",
+        "/config/control/",
+        "/up/update/stats",
+        "/up/update/params+qsgd4",
+        "/up/update/items+float16",
+        "/up/update/tensor",
+        "/up/update/deep-",
+        "/up/secagg/secagg/masked",
+        "/to/secagg/secagg/unmask",
+        "iter+secagg",
+    ):
+        assert any(part in label for label in labels), part
+    assert any(c.signer is not None for c in captures)  # signed messages are re-signed
+
+
+def test_genuine_messages_pass_their_schemas(captures):
+    """The schemas refuse nothing a real node sends: each capture, unmutated, is taken."""
+    for cap in captures:
+        effects = _deliver(cap, cap.env.body)
+        assert not _drops(effects), (cap.label, _drops(effects))
+        assert not [e for e in effects if isinstance(e, Record) and e.kind == "rejected"]
+
+
+def test_a_seeded_sample_of_mutants_never_escapes(captures):
+    """4,000 structure-aware mutants round robin over every capture: no exception."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # 1e308 sums are the input
+        report = fz.fuzz(captures, 4_000, seed=20)
+    assert report.cases == 4_000
+    assert not report.escapes, fz.print_report(report, 1.0) or dict(report.escapes)
+    assert set(report.by_role) == {"client", "middle", "root"}
+    # the mutants reach past the schema: some are taken and answered
+    assert report.effects["dropped"] > 0 and report.effects["Publish"] > 0
+
+
+def _arr() -> np.ndarray:
+    return np.array([1.0, 2.0])
+
+
+# (scenario, capture label prefix, body field, replacement): each raised before
+REGRESSIONS = [
+    ("flat-sum-signed", "client/down/model/iter", "phase", _arr()),  # client.py phase in (...)
+    ("flat-sum-signed", "client/down/model/final", "phase", ["final"]),
+    ("flat-sum-signed", "client/down/model/iter", "ask", [_arr()]),  # client.py _asked
+    ("adaptive-fog", "client/down/model/iter", "compression", _arr()),  # client.py scheme
+    ("flat-sum-signed", "root/up/update/stats", "mode", _arr()),  # messages.py _check_plain
+    ("fog-weighted-qsgd", "middle/up/update/params+qsgd4", "mode", [1, 2]),  # decompress
+    ("fog-weighted-qsgd", "middle/up/update/params+qsgd4", "compression", _arr()),  # parse_tag
+    ("flat-sum-signed", "root/up/update/setup", "mode", _arr()),  # plugins/_setup.py:55
+    ("flat-sum-signed", "root/up/update/setup", "n", [3]),  # plugins/_setup.py:65
+    ("fog-weighted-qsgd", "root/up/update/params", "sub", _arr()),  # aggregator.py sub !=
+    ("adaptive-fog", "middle/down/model/setup", "ask", [_arr()]),  # aggregator.py ask
+    ("adaptive-fog", "middle/down/model/iter", "sub", {"a": 1}),  # aggregator.py int(sub)
+    ("adaptive-fog", "middle/down/model/iter", "quorum", _arr()),
+    ("tensor-person", "root/up/update/tensor", "mode", _arr()),  # plugins/tensor.py
+    ("deep-fmcsc", "root/up/update/deep-", "mode", _arr()),  # plugins/deep.py
+    ("secagg-flat-signed", "root/up/secagg/secagg/masked", "sub", _arr()),  # aggregator.py
+    ("secagg-flat-signed", "root/up/secagg/secagg/keys", "type", np.zeros(0)),  # secagg.py
+    ("secagg-flat-signed", "root/up/secagg/secagg/shares", "session", np.zeros(0)),
+    ("secagg-flat-signed", "client/to/secagg/secagg/key_list", "type", ["a"]),  # secure.py
+    ("secagg-flat-signed", "client/to/secagg/secagg/collect", "type", {"a": 1}),
+    ("secagg-flat-signed", "client/to/secagg/secagg/unmask", "sub", _arr()),  # member_answer
+    ("secagg-flat-signed", "client/to/secagg/secagg/collect", "session", _arr()),
+    ("secagg-plus-fog", "middle/down/model/iter+secagg", "sub", _arr()),  # aggregator.py
+    ("secagg-plus-fog", "middle/to/secagg/secagg/unmask", "type", {"t": 1}),
+    ("flat-sum-signed", "client/config/control/", "config", _arr()),
+    ("flat-sum-signed", "client/config/control/", "extras", [1]),
+]
+
+
+@pytest.mark.parametrize(("scenario", "label", "key", "value"), REGRESSIONS)
+def test_a_routing_field_of_the_wrong_type_is_dropped_as_malformed(
+    captures, scenario, label, key, value
+):
+    cap = _by_label(captures, scenario, label)
+    effects = _deliver(cap, {**cap.env.body, key: value})
+    [drop] = _drops(effects)
+    assert drop["category"] == "malformed" and drop["node"] == cap.node().node_id
+    assert key in drop["reason"]
+    assert not [e for e in effects if isinstance(e, Publish)]
+
+
+def test_a_model_secagg_setup_of_the_wrong_shape_is_dropped(captures):
+    """secagg.py's setup comparison: the setup map's own fields are declared too."""
+    cap = _by_label(captures, "secagg-flat-signed", "client/down/model/iter+secagg")
+    setup = cap.env.body["secagg"]
+    for bad in ({**setup, "type": _arr()}, {**setup, "roster": [_arr()]}, [setup], "x"):
+        [drop] = _drops(_deliver(cap, {**cap.env.body, "secagg": bad}))
+        assert drop["category"] == "malformed"
+
+
+def test_a_body_a_node_cannot_read_is_dropped_not_raised_for_every_kind(captures):
+    """An empty body in every captured message family: a malformed drop, never a crash."""
+    for cap in captures:
+        effects = _deliver(cap, {})
+        drops = _drops(effects)
+        if drops:
+            assert {d["category"] for d in drops} <= set(CATEGORIES)
+
+
+def test_garbage_is_counted_apart_from_malformed(captures):
+    cap = _by_label(captures, "fog-weighted-qsgd", "root/up/update/params")
+    node = cap.node()
+    effects = node.handle(Delivered(now=cap.now, topic=cap.topic, payload=b"\x93\x01\x02"))
+    [drop] = _drops(effects)
+    assert drop["category"] == "garbage"

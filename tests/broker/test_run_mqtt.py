@@ -33,6 +33,11 @@ def flat(seed=5):
     return parse_scenario(FLAT.format(seed=seed))
 
 
+def signed(sc):
+    """``sc`` with ``privacy.sign: true``: the simulated twin of a (signed) real run."""
+    return sc.model_copy(update={"privacy": sc.privacy.model_copy(update={"sign": True})})
+
+
 def _wait_for_live_models(broker, pattern, count, timeout_s=90):
     """Block until the root has published ``count`` global models on ``pattern``.
 
@@ -54,9 +59,18 @@ def _wait_for_live_models(broker, pattern, count, timeout_s=90):
 
 
 def test_mqtt_run_equals_the_simulator(mosquitto):
+    # a real run signs every message (per-run keys): its twin is the signed simulation,
+    # whose messages are as long (the same 64 bytes of signature each)
     sc = flat()
-    fed_sim, s_sim, rows_sim = simulate(sc)
+    fed_sim, s_sim, rows_sim = simulate(signed(sc))
     fed, s, rows = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=60)
+    assert s["privacy"] == {
+        "protocol": "none",
+        "signed": True,
+        "keys": "per-run random",
+        "rejected": {},
+    }
+    assert s_sim["privacy"]["keys"] == "derived from the scenario seed (simulation only)"
     assert s["transport"] == "mqtt" and s["status"] == s_sim["status"]
     assert s["reason"] == s_sim["reason"] and s["rounds"] == s_sim["rounds"]
     for a, b in zip(fed.final_state.centers, fed_sim.final_state.centers, strict=True):
@@ -235,7 +249,14 @@ def test_paper_scenario_over_mqtt_gives_the_simulators_labels_rounds_and_payload
     sim, real = tmp_path / "sim", tmp_path / "mqtt"
     for out, extra in (
         (sim, []),
-        (real, ["--transport", "mqtt", "--broker", mosquitto.url, "--run-id", "paper-flat-sum"]),
+        (
+            real,
+            # unsigned, as the simulation: the very same bytes
+            [
+                *("--transport", "mqtt", "--broker", mosquitto.url),
+                *("--run-id", "paper-flat-sum", "--insecure"),
+            ],
+        ),
     ):
         res = subprocess.run(
             [EXE, "run", scenario, "--out", str(out), "--no-plots", "--quiet", *extra],
@@ -257,11 +278,15 @@ def test_paper_scenario_over_mqtt_gives_the_simulators_labels_rounds_and_payload
     for key in ("bytes_up", "bytes_down", "payload_bytes_up", "payload_bytes_down"):
         assert a["per_tier"]["edge"][key] == b["per_tier"]["edge"][key], key
     assert a["metrics"] == b["metrics"]
+    assert "privacy" not in a
+    assert b["privacy"] == {"protocol": "none", "signed": False, "insecure": True, "rejected": {}}
 
 
 def test_nodes_spread_over_processes_give_the_same_run(mosquitto):
+    # the workers sign with the per-run keys the parent hands them: every message is
+    # accepted (nothing rejected) and as long as in the signed simulation
     sc = flat(seed=7)
-    fed_sim, s_sim, rows_sim = simulate(sc)
+    fed_sim, s_sim, rows_sim = simulate(signed(sc))
     fed, s, rows = mqtt_run(
         sc, mosquitto.host, mosquitto.port, timeout_s=120, processes=2, run_id=sc.name
     )
@@ -273,6 +298,7 @@ def test_nodes_spread_over_processes_give_the_same_run(mosquitto):
     assert [key(r) for r in rows] == [key(r) for r in rows_sim]
     # the records of both processes merged: rounds.csv's cumulative bytes end at the total
     assert rows[-1]["bytes"] <= s["bytes_total"]
+    assert s["privacy"]["keys"] == "per-run random" and s["privacy"]["rejected"] == {}
     assert rows[-1]["bytes"] >= s["per_tier"]["edge"]["bytes_up"]
 
 
@@ -363,7 +389,9 @@ def test_mvkm_ed_over_mqtt_is_the_simulated_run(mosquitto):
         )
     )
     fed_sim, s_sim, _ = simulate(sc)
-    fed, s, _ = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=60, run_id=sc.name)
+    fed, s, _ = mqtt_run(
+        sc, mosquitto.host, mosquitto.port, timeout_s=60, run_id=sc.name, insecure=True
+    )
     assert (s["status"], s["rounds"]) == (s_sim["status"], s_sim["rounds"])
     np.testing.assert_array_equal(fed.final_labels, fed_sim.final_labels)
     np.testing.assert_array_equal(fed.final_state.view_scale, fed_sim.final_state.view_scale)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -27,13 +29,17 @@ import numpy as np
 from fedstrata.errors import FedstrataError
 
 __all__ = [
+    "OUTPUT_ERRNOS",
     "RECORD_FILES",
     "ROUND_COLUMNS",
     "OutputError",
+    "RecordStage",
+    "RecordWriteError",
     "aggregate_row",
     "atomic_write",
     "plot_rounds",
     "prepare_run_dir",
+    "write_failure",
     "write_labels",
     "write_model",
     "write_rounds",
@@ -112,6 +118,50 @@ class OutputError(FedstrataError):
     """The output folder cannot take this run (a file, unwritable, or another run)."""
 
 
+class RecordWriteError(FedstrataError, OSError):
+    """A record file could not be written (disk full, read-only file system, ...).
+
+    One line naming the file and the system's reason; the earlier record in the
+    folder, if any, is left as it was (see :class:`RecordStage`). An ``OSError`` too,
+    so that the callers that catch those keep doing so.
+    """
+
+
+#: ``errno`` values of a file system that refuses a write: one-line errors, never a
+#: crash trace (``fedstrata.cli.main``).
+OUTPUT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ENOSPC",
+        "EDQUOT",
+        "EROFS",
+        "EACCES",
+        "EPERM",
+        "ENAMETOOLONG",
+        "ENOTDIR",
+        "EISDIR",
+        "EEXIST",
+        "ENOENT",
+        "EIO",
+        "EFBIG",
+        "EMFILE",
+        "ENFILE",
+        "ELOOP",
+        "EXDEV",
+    )
+    if hasattr(errno, name)
+)
+
+
+def write_failure(exc: OSError, path: str | Path | None = None) -> RecordWriteError:
+    """The one-line :class:`RecordWriteError` of an ``OSError`` raised writing ``path``."""
+    where = exc.filename if path is None and exc.filename else path
+    reason = exc.strerror or type(exc).__name__
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        reason += " (free some space and run again)"
+    return RecordWriteError(f"cannot write {where}: {reason}")
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
     """Open a temporary file next to ``path``; on success, move it over ``path``.
@@ -120,7 +170,10 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
     ``mode`` is ``"w"`` (UTF-8 text, Unix line ends) or ``"wb"``.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:40]}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise write_failure(exc, path) from None
     try:
         if "b" in mode:
             fh = os.fdopen(fd, mode)
@@ -131,6 +184,10 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[Any]:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # a full or read-only disk: one line, nothing half-written
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise write_failure(exc, path) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -222,10 +279,23 @@ def _record_identity(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+#: The longest name of one path component on common file systems (ext4, XFS, APFS).
+NAME_MAX = 255
+
+
 def prepare_run_dir(
-    out: str | Path, *, scenario_hash: str, seed: int, overwrite: bool = False
+    out: str | Path,
+    *,
+    scenario_hash: str,
+    seed: int,
+    overwrite: bool = False,
+    keep_old: bool = False,
 ) -> Path:
     """Make ``out`` ready for a run and return it.
+
+    With ``keep_old`` the checks are made but nothing is deleted: the caller writes
+    the new record through a :class:`RecordStage`, which replaces the old files only
+    once every new one was written.
 
     A missing folder is created. An empty folder, or one holding the record of the
     same run (same scenario hash and seed), is reused. A folder holding anything
@@ -241,12 +311,20 @@ def prepare_run_dir(
 
     """
     folder = Path(out)
-    if folder.exists() and not folder.is_dir():
-        raise OutputError(f"--out {folder}: is a file, not a folder")
+    long = [part for part in folder.parts if len(os.fsencode(part)) > NAME_MAX]
+    if long:
+        raise OutputError(
+            f"--out: the name {long[0][:40]}... is {len(os.fsencode(long[0]))} bytes long; "
+            f"a folder name may have at most {NAME_MAX}"
+        )
     try:
+        if folder.exists() and not folder.is_dir():
+            raise OutputError(f"--out {folder}: is a file, not a folder")
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"--out {folder}: cannot create the folder ({exc.strerror})") from None
+        raise OutputError(
+            f"--out {folder}: cannot create the folder ({exc.strerror or exc})"
+        ) from None
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"--out {folder}: the folder is not writable")
     present = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
@@ -270,10 +348,58 @@ def prepare_run_dir(
             f"--out {folder}: the folder holds {what}; pass --overwrite to replace it "
             "or choose another folder"
         )
+    if keep_old:
+        return folder
     for name in present:
         with contextlib.suppress(FileNotFoundError):
             (folder / name).unlink()
     return folder
+
+
+class RecordStage:
+    """Write a run's record beside the old one, then put it in place in one step.
+
+    The files are written into a hidden folder inside ``folder``
+    (``.fedstrata-stage-*``, ignored by :func:`prepare_run_dir`); :meth:`commit`
+    removes the old record's ``summary.json`` first (a folder without one is an
+    incomplete run), then the old record files the new record does not have, then
+    moves the new files in, ``summary.json`` last. A failure before the commit (a
+    full disk, a read-only file system, an interrupted write) leaves the earlier
+    record untouched and no partial one: :meth:`abort` removes the stage.
+
+    Raises
+    ------
+    RecordWriteError
+        If the stage cannot be created (the folder is not writable).
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        try:
+            self.dir = Path(tempfile.mkdtemp(prefix=".fedstrata-stage-", dir=self.folder))
+        except OSError as exc:
+            raise write_failure(exc, self.folder) from None
+
+    def commit(self, files: Sequence[str]) -> None:
+        """Replace the folder's record by the staged ``files`` (``summary.json`` last)."""
+        names = [n for n in files if n != "summary.json"]
+        last = ["summary.json"] if "summary.json" in files else []
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                (self.folder / "summary.json").unlink()
+            for name in RECORD_FILES:
+                if name not in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.folder / name).unlink()
+            for name in [*names, *last]:
+                os.replace(self.dir / name, self.folder / name)
+        except OSError as exc:
+            raise write_failure(exc, self.folder) from None
+        self.abort()
+
+    def abort(self) -> None:
+        """Remove the stage and whatever was written into it."""
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _no_offset(axis: Any) -> None:

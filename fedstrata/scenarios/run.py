@@ -25,6 +25,7 @@ from fedstrata import __version__
 from fedstrata.algorithms.multiview import State
 from fedstrata.analysis.metrics import evaluate
 from fedstrata.analysis.records import (
+    RecordStage,
     aggregate_row,
     plot_rounds,
     prepare_run_dir,
@@ -625,44 +626,59 @@ def run_scenario(
         ``overwrite`` (checked before anything runs).
 
     """
-    out, digest = _start_record(sc, out_dir, seed, overwrite)
-    if progress:
-        fed, summary, rows = _simulate_with_bar(sc, seed, events)
-    else:
-        fed, summary, rows = simulate(sc, seed=seed, events=events)
-    return _write_record(
-        fed,
-        summary,
-        rows,
-        out,
-        digest=digest,
-        command=command,
-        events=events,
-        plots=plots,
-        elapsed_key="virtual_time_s",
-    )
+    stage, digest = _start_record(sc, out_dir, seed, overwrite)
+    try:
+        if progress:
+            fed, summary, rows = _simulate_with_bar(sc, seed, events)
+        else:
+            fed, summary, rows = simulate(sc, seed=seed, events=events)
+        return _write_record(
+            fed,
+            summary,
+            rows,
+            stage,
+            digest=digest,
+            command=command,
+            events=events,
+            plots=plots,
+            elapsed_key="virtual_time_s",
+        )
+    finally:
+        stage.abort()  # after a commit there is nothing left; else the old record stays
 
 
 def _start_record(
     sc: Scenario, out_dir: str | Path, seed: int | None, overwrite: bool
-) -> tuple[Path, str]:
-    """Check ``out_dir``, write ``scenario.yaml``; return the folder and the scenario hash."""
+) -> tuple[RecordStage, str]:
+    """Check ``out_dir``, stage ``scenario.yaml``; return the stage and the scenario hash.
+
+    The record is written into the stage and put in place by :func:`_write_record`
+    once complete: an earlier record in ``out_dir`` survives a run that fails to
+    write its own (a full disk, a read-only file system).
+    """
     from fedstrata.analysis.records import atomic_write
 
     effective_seed = sc.seed if seed is None else seed
     text = resolved_scenario(sc, seed)
     digest = hashlib.sha256(text.encode()).hexdigest()
-    out = prepare_run_dir(out_dir, scenario_hash=digest, seed=effective_seed, overwrite=overwrite)
-    with atomic_write(out / "scenario.yaml") as fh:
-        fh.write(text)
-    return out, digest
+    out = prepare_run_dir(
+        out_dir, scenario_hash=digest, seed=effective_seed, overwrite=overwrite, keep_old=True
+    )
+    stage = RecordStage(out)
+    try:
+        with atomic_write(stage.dir / "scenario.yaml") as fh:
+            fh.write(text)
+    except BaseException:
+        stage.abort()
+        raise
+    return stage, digest
 
 
 def _write_record(
     fed: Federation,
     summary: dict[str, Any],
     rows: list[dict[str, Any]],
-    out: Path,
+    stage: RecordStage,
     *,
     digest: str,
     command: list[str] | None,
@@ -672,10 +688,13 @@ def _write_record(
 ) -> dict[str, Any]:
     """Write rounds.csv, labels.csv, model.npz, plots, events and summary.json (last).
 
+    Into ``stage``, then put in place (:meth:`RecordStage.commit`).
+
     ``elapsed_key`` names the summary field plotted as the run's end time
     (``virtual_time_s`` in the simulator, ``wall_time_s`` over MQTT).
     """
     sc = fed.scenario
+    out = stage.dir
     summary.update(
         fedstrata_version=__version__,
         command=shlex.join(command if command is not None else sys.argv),
@@ -707,6 +726,7 @@ def _write_record(
         files.append("rounds.png")
     summary["files"] = [*files, "summary.json"]
     write_summary(summary, out / "summary.json")
+    stage.commit(summary["files"])
     return summary
 
 

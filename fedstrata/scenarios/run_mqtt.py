@@ -541,31 +541,38 @@ def run_scenario_mqtt(
         ensure_open_files(1 + t.clients.count + sum(tier.count for tier in t.tiers))
     with _broker(broker) as endpoint:
         asyncio.run(probe_broker(endpoint, protocol=protocol))
-        out, digest = _start_record(sc, out_dir, seed, overwrite)
-        with _progress_bar(sc, progress and processes == 1) as tick:
-            fed, summary, rows = mqtt_run(
-                sc,
-                endpoint,
-                seed=seed,
-                timeout_s=timeout_s,
-                protocol=protocol,
-                run_id=run_id,
-                emulate_links=emulate_links,
-                processes=processes,
-                progress=tick,
-                insecure=insecure,
-                key_dir=key_dir,
-            )
-    if broker is None:
-        summary["broker"] = "private mosquitto on 127.0.0.1"
-    return _write_record(
-        fed,
-        summary,
-        rows,
-        out,
-        digest=digest,
-        command=command,
-        events=False,
-        plots=plots,
-        elapsed_key="wall_time_s",
-    )
+        stage, digest = _start_record(sc, out_dir, seed, overwrite)
+        try:
+            with _progress_bar(sc, progress and processes == 1) as tick:
+                fed, summary, rows = mqtt_run(
+                    sc,
+                    endpoint,
+                    seed=seed,
+                    timeout_s=timeout_s,
+                    protocol=protocol,
+                    run_id=run_id,
+                    emulate_links=emulate_links,
+                    processes=processes,
+                    progress=tick,
+                    insecure=insecure,
+                    key_dir=key_dir,
+                )
+        except BaseException:
+            stage.abort()  # the earlier record, if any, stays
+            raise
+    try:
+        if broker is None:
+            summary["broker"] = "private mosquitto on 127.0.0.1"
+        return _write_record(
+            fed,
+            summary,
+            rows,
+            stage,
+            digest=digest,
+            command=command,
+            events=False,
+            plots=plots,
+            elapsed_key="wall_time_s",
+        )
+    finally:
+        stage.abort()

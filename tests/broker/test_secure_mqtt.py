@@ -40,7 +40,7 @@ topology:
   clients: {{count: 9}}
 algorithm: {{name: hk-mvfc, n_clusters: 4, center_update: exact}}
 protocol: {{rule: sum, rounds: 6, deadline_s: 20}}
-privacy: {{secure_aggregation: {mode}}}
+privacy: {{secure_aggregation: {mode}, sign: true}}
 """
 
 
@@ -72,6 +72,10 @@ def test_a_secure_mqtt_run_gives_the_simulated_labels(mosquitto, tmp_path, mode)
         "--run-id",  # the simulator's run id: envelopes of the same size, byte for byte
         name,
     )
+    # both signed (a real run with fresh keys, the simulation with seed-derived ones):
+    # every message carries the same 64 bytes of signature, nothing is refused
+    assert mqtt["privacy"]["keys"] == "per-run random" and mqtt["privacy"]["rejected"] == {}
+    assert sim["privacy"]["signed"] is True
     assert mqtt["payload_bytes"] == sim["payload_bytes"]
     assert (tmp_path / "sim" / "labels.csv").read_bytes() == (
         tmp_path / "mqtt" / "labels.csv"

@@ -190,9 +190,85 @@ def _where(
     return (mark.name or file), mark.line + 1
 
 
+#: Key names whose values are never shown in an error line, in any file.
+SECRET_KEY = re.compile(
+    r"pass(word|wd|phrase)?|secret|token|key|credential|auth|cookie|session|private|pwd",
+    re.IGNORECASE,
+)
+#: What an error line says instead of a value it must not show.
+HIDDEN = "(value not shown)"
+
+
+def _hidden(loc: tuple[Any, ...], where: str, file: str) -> str | None:
+    """Which values an error at ``loc`` must not show: the rule for secrets.
+
+    ``"all"`` when a key on the path is named like a secret (:data:`SECRET_KEY`), in
+    any file; ``"strings"`` when the value was read from another file than the
+    scenario itself (a base file reached by ``extends`` may be any file: a secrets
+    file, a key): numbers, booleans and null are settings and are shown, text is
+    not; ``None`` (show) otherwise. The error still names the key and the
+    ``file:line`` of the value.
+    """
+    if any(isinstance(p, str) and SECRET_KEY.search(p) for p in loc):
+        return "all"
+    return "strings" if where != file else None
+
+
+#: Tags of the YAML scalars that are settings, not text (shown from base files).
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null"))
+
+
+def _scalars(node: yaml.Node | None, which: str, limit: int = 64) -> list[str]:
+    """The scalar texts under ``node`` that ``which`` hides (at most ``limit``), longest first."""
+    found: list[str] = []
+    stack = [node]
+    while stack and len(found) < limit:
+        n = stack.pop()
+        if isinstance(n, yaml.ScalarNode):
+            if n.value and (which == "all" or n.tag not in _PLAIN_TAGS):
+                found.append(str(n.value))
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            stack.extend(v for pair in n.value for v in pair)
+    return sorted(set(found), key=len, reverse=True)
+
+
+def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    """The node at ``loc`` (the last occurrence of a repeated key), or ``None``."""
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            hits = [v for k, v in node.value if isinstance(k, yaml.ScalarNode)]
+            keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)]
+            if str(part) not in keys:
+                return None
+            node = hits[len(keys) - 1 - keys[::-1].index(str(part))]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if not 0 <= part < len(node.value):
+                return None
+            node = node.value[part]
+        else:
+            return None
+    return node
+
+
+def _hide_values(reason: str, texts: list[str]) -> str:
+    """``reason`` with every rendering of ``texts`` replaced by :data:`HIDDEN`."""
+    for text in texts:
+        for shown in (show(text), repr(text), text):
+            # a value of one or two characters ("1", "a") would hide random letters
+            if len(shown) >= 3 and shown in reason:
+                reason = reason.replace(shown, HIDDEN)
+    return reason
+
+
 def _located(reason: str, path: str, root: yaml.Node | None, file: str) -> ScenarioError:
     loc = tuple(int(p) if p.isdigit() else p for p in path.split(".")) if path else ()
     where, line = _where(root, loc, file)
+    which = _hidden(loc, where, file)
+    if which is not None:
+        reason = _hide_values(reason, _scalars(_node_at(root, loc), which))
     return ScenarioError(reason, file=where, line=line, path=path)
 
 
@@ -243,6 +319,19 @@ def _pydantic_errors(
             if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]"))
         )
         reason = describe_error(err)
+        where, line = _where(root, loc, file, index)
+        which = _hidden(loc, where, file)
+        if which is not None:
+            texts = _scalars(_node_at(root, loc), which)
+            value = err.get("input")
+            plain = value is None or isinstance(value, bool | int | float)
+            if which == "all" or not plain:
+                got = show(value)
+                if f"got {got}" in reason:
+                    reason = reason.replace(f"got {got}", f"got {HIDDEN}")
+                if isinstance(value, str | int | float) and not isinstance(value, bool):
+                    texts.insert(0, str(value))
+            reason = _hide_values(reason, texts)
         if err["type"] == "extra_forbidden":
             model = _model_at(loc[:-1], top)
             if model is not None:
@@ -250,7 +339,6 @@ def _pydantic_errors(
         elif err["loc"] and err["loc"][-1] == "[key]":
             reason = f"bad key: {reason}"
         path = ".".join(clip(str(p)) for p in loc)
-        where, line = _where(root, loc, file, index)
         errors.append(ScenarioError(reason, file=where, line=line, path=path))
     return errors
 

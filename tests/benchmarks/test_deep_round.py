@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.extras import require
 
-if os.environ.get("CI"):
-    import torch  # noqa: F401  (CI installs [deep]: a missing torch is a failure there)
-else:
-    pytest.importorskip("torch", reason="the [deep] extra is not installed")
+require("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "deep_round.py"

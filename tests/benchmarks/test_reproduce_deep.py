@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.extras import require
 
-pytest.importorskip("torch")
+require("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 

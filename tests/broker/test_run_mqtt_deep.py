@@ -11,19 +11,16 @@ same order as the simulator, and the final networks and centres are compared
 would mean that some sum ran in another order or a kernel on another thread count.
 """
 
-import os
-
 import numpy as np
 import pytest
 
-if os.environ.get("CI"):
-    import torch  # noqa: F401  (CI installs [deep]: a missing torch is a failure there)
-else:
-    pytest.importorskip("torch", reason="the [deep] extra is not installed")
+from tests.extras import require
 
-from fedstrata.scenarios.loader import parse_scenario
-from fedstrata.scenarios.run import run_scenario, simulate
-from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt
+require("torch")
+
+from fedstrata.scenarios.loader import parse_scenario  # noqa: E402  (after the extra check)
+from fedstrata.scenarios.run import run_scenario, simulate  # noqa: E402  (after the extra check)
+from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt  # noqa: E402  (after the extra check)
 
 pytestmark = pytest.mark.broker
 

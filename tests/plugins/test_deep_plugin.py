@@ -1,23 +1,20 @@
 """The deep plug-in driven through its node interface, without a transport."""
 
-import os
-
 import numpy as np
 import pytest
 
-if os.environ.get("CI"):
-    import torch  # noqa: F401  (CI installs [deep])
-else:
-    pytest.importorskip("torch", reason="the [deep] extra is not installed")
+from tests.extras import require
+
+require("torch")
 
 
-from fedstrata.algorithms.deep import DeepModel
-from fedstrata.errors import WireError
-from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import Shape
-from fedstrata.plugins.deep import DeepAlgorithm
-from fedstrata.wire import VERSION, Envelope, decode, encode
-from tests.algorithms.conftest import blobs
+from fedstrata.algorithms.deep import DeepModel  # noqa: E402  (after the extra check)
+from fedstrata.errors import WireError  # noqa: E402  (after the extra check)
+from fedstrata.nodes.config import ProtocolConfig  # noqa: E402  (after the extra check)
+from fedstrata.nodes.messages import Shape  # noqa: E402  (after the extra check)
+from fedstrata.plugins.deep import DeepAlgorithm  # noqa: E402  (after the extra check)
+from fedstrata.wire import VERSION, Envelope, decode, encode  # noqa: E402  (after the extra check)
+from tests.algorithms.conftest import blobs  # noqa: E402  (after the extra check)
 
 TINY = {
     "pretrain_rounds": 1,

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.extras import has
+
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
 ROOT = HERE.parents[1]
@@ -138,8 +140,20 @@ def test_validate_rejects_the_bad_corpus_with_exact_lines():
     assert "Traceback" not in res.stderr + res.stdout
     assert res.returncode == 1, res.stderr[-2000:]
     assert res.stdout == ""
-    got = _lines(res.stderr)
+    got, deep = _split_missing_extra(_lines(res.stderr))
+    if not has("torch"):
+        assert deep == sorted(f"bad/{f}" for f in files if "fmcsc" in f or "efd-mvc" in f)
     assert got == want, _diff(want, got)
+
+
+def _split_missing_extra(lines: list[str]) -> tuple[list[str], list[str]]:
+    """The lines without those naming the missing [deep] extra, and the files those name.
+
+    Without PyTorch every deep file gets that one line more (test_deep_schema checks its
+    words); the lines about the file's own problems are the same either way.
+    """
+    deep = [ln for ln in lines if "needs PyTorch, the [deep] extra" in ln]
+    return [ln for ln in lines if ln not in deep], sorted(ln.split(":")[0] for ln in deep)
 
 
 def test_validate_rejects_unreadable_files(tmp_path):
@@ -153,6 +167,8 @@ def test_validate_rejects_unreadable_files(tmp_path):
 
 def test_good_files_validate():
     good = sorted(str(p) for p in (CORPUS / "good").glob("*.yaml"))
+    if not has("torch"):  # a deep file is refused there (test_deep_schema checks how)
+        good = [f for f in good if "fmcsc" not in f and "efd-mvc" not in f]
     examples = sorted(str(p) for p in (ROOT / "scenarios").glob("*.yaml"))
     assert len(good) >= 3 and len(examples) >= 3
     res = _cli("validate", *good, *examples, cwd=Path("/"))  # traces found next to the file
@@ -202,7 +218,8 @@ def test_run_rejects_like_validate(case, run_results):
     want, res, _ = run_results[case]
     assert "Traceback" not in res.stderr + res.stdout
     assert res.returncode == 1, (res.returncode, res.stderr[-2000:])
-    assert _lines(res.stderr) == want, _diff(want, _lines(res.stderr))
+    got, _ = _split_missing_extra(_lines(res.stderr))
+    assert got == want, _diff(want, got)
 
 
 def test_validate_bomb_is_fast_and_short():
@@ -213,12 +230,12 @@ def test_validate_bomb_is_fast_and_short():
         "from fedstrata.scenarios.loader import load_scenario, ScenarioErrors\n"
         "tracemalloc.start()\n"
         "for f in sys.argv[1:]:\n"
-        "    t = time.perf_counter()\n"
+        "    t = time.process_time()\n"
         "    try:\n"
         "        load_scenario(f)\n"
         "    except ScenarioErrors as e:\n"
         "        assert len(e.errors) == 1 and len(e.located()) < 300, e.located()\n"
-        "    assert time.perf_counter() - t < 5, f\n"
+        "    assert time.process_time() - t < 5, f  # CPU seconds: load does not count\n"
         "assert tracemalloc.get_traced_memory()[1] < 64 * 2**20\n"
     )
     res = subprocess.run(

@@ -1,18 +1,16 @@
 """Deep scenarios run in the simulator: deterministic, and finished under faults."""
 
 import math
-import os
 
 import numpy as np
 import pytest
 
-if os.environ.get("CI"):
-    import torch  # noqa: F401  (CI installs [deep])
-else:
-    pytest.importorskip("torch", reason="the [deep] extra is not installed")
+from tests.extras import require
 
-from fedstrata.scenarios.loader import parse_scenario
-from fedstrata.scenarios.run import simulate
+require("torch")
+
+from fedstrata.scenarios.loader import parse_scenario  # noqa: E402  (after the extra check)
+from fedstrata.scenarios.run import simulate  # noqa: E402  (after the extra check)
 
 SMALL = """
 name: deep-small

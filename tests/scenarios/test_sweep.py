@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +20,7 @@ from fedstrata.scenarios.sweep import (
     parse_grid_value,
     summarize,
 )
+from tests.extras import require
 
 EXE = shutil.which("fedstrata")
 
@@ -200,10 +200,7 @@ def test_a_changed_scenario_is_not_mixed_into_old_runs(tiny):
 
 
 def test_ray_runs_the_same_cells_on_a_cluster(tiny):
-    if os.environ.get("CI"):  # .ci/run installs the [ray] extra: never skipped there
-        import ray
-    else:
-        ray = pytest.importorskip("ray")
+    ray = require("ray")  # .ci/run installs the [ray] extra: never skipped there
     args = ("sweep", "tiny.yaml", "--grid", "faults.dropout=0,0.2", "--repeats", "2", "--quiet")
     local = fedstrata(*args, "--out", "local", cwd=tiny)
     assert local.returncode == 0, local.stderr

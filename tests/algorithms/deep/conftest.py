@@ -1,10 +1,5 @@
 """The deep tests need PyTorch (the [deep] extra): skipped without it, except under CI."""
 
-import os
+from tests.extras import require
 
-import pytest
-
-if os.environ.get("CI"):
-    import torch  # noqa: F401  (CI installs [deep]: a missing torch is a failure there)
-else:
-    pytest.importorskip("torch", reason="the [deep] extra is not installed")
+require("torch")

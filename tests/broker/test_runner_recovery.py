@@ -1,0 +1,134 @@
+"""NodeRunner after a broker restart (re-publish) and with an idle limit, over Mosquitto.
+
+The nodes are small sans-IO test nodes; the broker is a real Mosquitto stopped and
+started again on the same port with persistence off (it forgets every session and
+every message it held).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiomqtt
+import pytest
+
+from fedstrata.broker.launcher import PrivateBroker
+from fedstrata.broker.runner import NodeRunner
+from fedstrata.nodes.events import Delivered, Event, Publish, Started, Subscribe
+
+pytestmark = pytest.mark.broker
+
+
+class Announcer:
+    """Publishes b"update" on ``r/up`` once started, then waits for ever."""
+
+    node_id = "announcer"
+
+    def handle(self, event: Event) -> list[Any]:
+        """Publish on Started, ignore the rest."""
+        if isinstance(event, Started):
+            return [Publish(topic="r/up", payload=b"update", qos=1)]
+        return []
+
+
+async def _until(cond: Any, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.01)
+
+
+async def _copies_after_restart(republish: bool) -> tuple[int, float]:
+    """Copies of the announcer's message a subscriber that came after the restart gets."""
+    first = PrivateBroker().start()
+    port = first.port
+    second = PrivateBroker(port=port)
+    runner = NodeRunner(
+        Announcer(),
+        first.host,
+        port,
+        client_id="announcer",
+        max_attempts=100,
+        backoff_s=0.05,
+        backoff_max_s=0.5,
+        republish=republish,
+    )
+    task = asyncio.create_task(runner.run())
+    got: list[float] = []
+    try:
+        await _until(lambda: runner.traffic.publishes == 1)
+        first.close()  # what the broker held is gone
+        await asyncio.sleep(0.3)
+        second.start()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        async with aiomqtt.Client(second.host, port, identifier="receiver") as sub:
+            await sub.subscribe("r/up", qos=1)
+            try:
+                async with asyncio.timeout(4.0):  # > 2 * backoff_max_s + 1 after a reconnect
+                    async for msg in sub.messages:
+                        assert msg.payload == b"update"
+                        got.append(loop.time() - t0)
+            except TimeoutError:
+                pass
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        first.close()
+        second.close()
+    return len(got), (got[0] if got else float("inf"))
+
+
+def test_a_runner_publishes_its_last_message_again_after_a_broker_restart():
+    copies, first_at = asyncio.run(_copies_after_restart(republish=True))
+    assert copies >= 1 and first_at < 3.0, (copies, first_at)
+
+
+def test_without_republish_the_message_is_lost_with_the_broker():
+    copies, _ = asyncio.run(_copies_after_restart(republish=False))
+    assert copies == 0
+
+
+class Listener:
+    """Subscribes to ``r/down`` and never finishes."""
+
+    node_id = "listener"
+
+    def handle(self, event: Event) -> list[Any]:
+        """Subscribe on Started."""
+        if isinstance(event, Started):
+            return [Subscribe(pattern="r/down", qos=1)]
+        assert isinstance(event, Delivered)
+        return []
+
+
+def test_the_idle_limit_ends_a_node_whose_parent_went_silent(mosquitto):
+    runner = NodeRunner(
+        Listener(),
+        mosquitto.host,
+        mosquitto.port,
+        client_id="listener",
+        idle_timeout_s=0.8,
+        idle_topics=("r/down",),
+    )
+
+    async def go() -> float:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(runner.run())
+        await _until(lambda: "r/down" in runner._subs)
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="parent") as c:
+            await c.publish("r/other", b"not from the parent", qos=1)
+            await asyncio.sleep(1.2)
+            assert not task.done()  # the clock starts with the parent's first message
+            await c.publish("r/down", b"model", qos=1)
+            t0 = loop.time()
+            await c.publish("r/down", b"model", qos=1)
+        async with asyncio.timeout(10):
+            await task
+        return loop.time() - t0
+
+    took = asyncio.run(go())
+    assert 0.6 < took < 3.0, took
+    assert runner.idled_out is not None and "r/down" in runner.idled_out
+    assert not runner.finished and runner.crashed is None
+    assert [r["kind"] for r in runner.log.records] == ["idle_timeout"]

@@ -117,6 +117,27 @@ topology: {clients: {count: 3}}
 algorithm: {name: hk-mvfc, n_clusters: 3}
 protocol: {rule: sum, rounds: 2, deadline_s: 10, personalization: {local_iters: 2}}
 """,
+    "async-weighted": """
+topology: {clients: {count: 4}}
+algorithm: {name: hk-mvfc, n_clusters: 3}
+protocol: {kind: async, rule: weighted, rounds: 6, deadline_s: 10}
+""",
+    "buffered-fog": """
+topology:
+  tiers: [{name: fog, count: 2}]
+  clients: {count: 4}
+algorithm: {name: hk-mvfc, n_clusters: 3}
+protocol: {kind: buffered, rule: mean, rounds: 4, deadline_s: 10, buffer_size: 2}
+""",
+    "deep-efd-fog": """
+data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 10}}
+topology:
+  tiers: [{name: fog, count: 2}]
+  clients: {count: 4}
+algorithm: {name: efd-mvc, n_clusters: 3, hidden: [8], latent: 4, train_rounds: 1,
+            local_epochs: 1, kmeans_rounds: 2, pretrain_rounds: 1}
+protocol: {rounds: 6, deadline_s: 10}
+""",
     "deep-fmcsc": """
 data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 10},
        views: {all: 0.5, single: 0.5}}
@@ -566,10 +587,41 @@ class Report:
     examples: dict[str, str] = field(default_factory=dict)
 
 
-def run_case(cap: Capture, rng: np.random.Generator, report: Report) -> None:
-    """One mutant of ``cap`` handed to a fresh copy of its node; counts what came out."""
+def transplant(cap: Capture, donors: list[Capture], rng: np.random.Generator) -> wire.Envelope:
+    """``cap``'s header with the (maybe mutated) body of another genuine message.
+
+    A well-formed body of another phase, mode or secagg step, where the node expects
+    this one: it passes the schema and must be refused by the protocol's own logic.
+    """
+    donor = donors[int(rng.integers(len(donors)))]
+    body = donor.env.body if rng.random() < 0.5 else mutate_body(donor.env.body, rng)
+    kind = donor.env.kind if rng.random() < 0.5 else cap.env.kind
+    return wire.Envelope(
+        kind=kind,
+        run=cap.env.run,
+        round=cap.env.round,
+        tier=cap.env.tier,
+        sender=cap.env.sender,
+        body=copy.deepcopy(body),
+    )
+
+
+def run_case(
+    cap: Capture,
+    rng: np.random.Generator,
+    report: Report,
+    donors: list[Capture] | None = None,
+) -> None:
+    """One mutant of ``cap`` handed to a fresh copy of its node; counts what came out.
+
+    ``donors``: genuine messages of the same federation whose bodies may be
+    transplanted into ``cap`` (1 case in 8).
+    """
     try:
-        env = mutate_envelope(cap.env, rng)
+        if donors and rng.random() < 0.125:
+            env = transplant(cap, donors, rng)
+        else:
+            env = mutate_envelope(cap.env, rng)
     except WireError:  # an envelope header the wire refuses (e.g. an empty sender)
         report.skipped += 1
         return
@@ -616,13 +668,19 @@ def fuzz(
     rng = np.random.default_rng(seed)
     report = Report()
     order = np.arange(len(captures))
+    last = -1
+    donors: dict[str, list[Capture]] = {}
+    for cap in captures:
+        donors.setdefault(cap.scenario, []).append(cap)
     i = 0
     while report.cases < cases:
         if i % len(captures) == 0:
             rng.shuffle(order)
-        run_case(captures[order[i % len(captures)]], rng, report)
+        cap = captures[order[i % len(captures)]]
+        run_case(cap, rng, report, donors[cap.scenario])
         i += 1
-        if progress is not None and report.cases % 50_000 == 0:
+        if progress is not None and report.cases % 10_000 == 0 and report.cases != last:
+            last = report.cases
             progress(report)
     return report
 
@@ -662,12 +720,17 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
     )
 
+    shown: set[str] = set()
+
     def progress(r: Report) -> None:
         el = time.perf_counter() - t1
         print(
             f"  .. {r.cases} cases, {sum(r.escapes.values())} escapes, {r.cases / el:.0f} cases/s",
             flush=True,
         )
+        for site in sorted(set(r.escapes) - shown):  # a long run shows a new site at once
+            print(f"  .. new escape site {site}: {r.examples[site]}", flush=True)
+            shown.add(site)
 
     report = fuzz(captures, cases, seed=args.seed, progress=progress)
     print_report(report, time.perf_counter() - t1)

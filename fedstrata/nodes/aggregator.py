@@ -624,19 +624,27 @@ class AggregatorNode:
             "tier": self.tier,
             "ok": ok,
         }
+        step = None
         if ok:
             assert closing.total is not None
+            try:
+                with np.errstate(all="ignore"):  # overflow is detected below, not warned about
+                    step = self.algorithm.next_state(
+                        closing.total,
+                        prev,
+                        self._prev_objective,
+                        tol=self.protocol.tol,
+                        relative=self.protocol.tol_mode == "relative",
+                    )
+            except WireError as exc:  # well-formed partials the model cannot take
+                ok = False  # (e.g. another phase's): the round fails, recorded
+                record.update(ok=False, failure=str(exc))
+        if ok:
+            assert closing.total is not None
+            assert step is not None
             self._failed_streak = 0
             self._successes += 1
             total = closing.total
-            with np.errstate(all="ignore"):  # overflow is detected below, not warned about
-                step = self.algorithm.next_state(
-                    total,
-                    prev,
-                    self._prev_objective,
-                    tol=self.protocol.tol,
-                    relative=self.protocol.tol_mode == "relative",
-                )
             new, J = step.state, step.objective
             record.update(participants=self.algorithm.contributors(total), n=total["n"])
             record.update(step.info)
@@ -990,7 +998,19 @@ class AggregatorNode:
                 return self._forward(total)
             prev = self.global_state
             assert prev is not None
-            step = self.algorithm.next_state(total, prev, math.inf, tol=0.0, relative=False)
+            try:
+                step = self.algorithm.next_state(total, prev, math.inf, tol=0.0, relative=False)
+            except WireError as exc:  # well-formed partials the model cannot take
+                return [
+                    Record(
+                        kind="dropped",
+                        fields={
+                            "node": self.node_id,
+                            "reason": f"{exc}; nothing forwarded",
+                            "category": "malformed",
+                        },
+                    )
+                ]
         new = step.state
         if new is None or not self.algorithm.is_finite(new):
             return [overflow]

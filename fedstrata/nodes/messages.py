@@ -77,6 +77,7 @@ class Shape:
 
 
 _F64 = np.dtype(np.float64)
+_MAX_WEIGHT = float(2**53)  # a count of samples is below this
 
 
 def _check_array(value: Any, key: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -218,8 +219,10 @@ def read_candidates(
     k = w.size
     centers = _arrays(body, "init", [(k, d) for d in shape.dims])
     weights = _array(body, "init_w", (k,))
-    if (weights <= 0).any():
-        raise WireError("initialisation weights must be positive")
+    if (weights <= 0).any() or (weights > _MAX_WEIGHT).any():
+        # sizes of candidate clusters: counts of samples, so bounded; an unbounded
+        # weight would overflow the k-means++ draw's normalisation
+        raise WireError(f"initialisation weights must lie in (0, 2**53], got {weights.max():g}")
     return centers, weights
 
 

@@ -240,7 +240,11 @@ class DeepAlgorithm(SharedSetupRound, Algorithm):
             _number(body.get("loss"), "loss", float("-inf"))
         elif mode == "deep-candidates":
             c = _array(body.get("cands"), "cands", _F64, (None, latent))
-            _array(body.get("sizes"), "sizes", _F64, (c.shape[0],))
+            sizes = _array(body.get("sizes"), "sizes", _F64, (c.shape[0],))
+            # cluster sizes: at least one candidate, positive counts of samples (an
+            # unbounded size would overflow the k-means++ draw's normalisation)
+            if not sizes.size or (sizes <= 0).any() or (sizes > 2.0**53).any():
+                raise WireError("a deep-candidates partial needs sizes in (0, 2**53]")
         elif mode == "deep-lloyd":
             k = _array(body.get("sums"), "sums", _F64, (None, latent)).shape[0]
             if not 1 <= k <= self.model.n_clusters:
@@ -257,8 +261,8 @@ class DeepAlgorithm(SharedSetupRound, Algorithm):
         if len(partials) == 1:
             return dict(partials[0])
         modes = {p["mode"] for p in partials}
-        if len(modes) != 1:
-            raise NodeProtocolError(f"partials of different phases in one round: {modes}")
+        if len(modes) != 1:  # a child answered with another phase's partial: no sum
+            raise WireError(f"partials of different phases in one round: {sorted(modes)}")
         (mode,) = modes
         out: dict[str, Any] = {
             "mode": mode,
@@ -299,8 +303,8 @@ class DeepAlgorithm(SharedSetupRound, Algorithm):
         model, step, n = self.model, previous["step"], float(total["n"])
         phase = phase_of(model, step)
         expected = "deep-train" if phase in ("pretrain", "train") else f"deep-{phase}"
-        if total["mode"] != expected:
-            raise NodeProtocolError(f"a {total['mode']} partial in a {phase} round")
+        if total["mode"] != expected:  # well-formed, of another phase: the round fails
+            raise WireError(f"a {total['mode']} partial in a {phase} round")
         state = dict(previous, step=step + 1)
         info = {"phase": float(("pretrain", "train", "candidates", "lloyd").index(phase))}
         if expected == "deep-train":

@@ -325,3 +325,20 @@ def test_reading_problems(site):
     assert problems("node: [\n") == [
         "node.yaml:2: not valid YAML: expected the node content, but found '<stream end>'"
     ]
+
+
+def test_a_node_signs_unless_it_says_insecure(site):
+    bare = CLIENT.replace("insecure: true\n", "")
+    assert problems(bare + "insecure: false\n") == [
+        "node.yaml:2: node: a node signs its messages: give signing.key and "
+        "signing.public_keys (written by `fedstrata keys SCENARIO --out DIR`), or set "
+        "insecure: true to run unsigned (anyone who can publish on the broker can then "
+        "impersonate a node)"
+    ]
+    both = bare + "signing: {key: k.key, public_keys: p.json}\ninsecure: true\n"
+    assert problems(both) == [
+        "node.yaml:10: insecure: signing is given too: remove insecure or signing"
+    ]
+    (site / "node.yaml").write_text(CLIENT)
+    cfg = load_node_config("node.yaml")
+    assert cfg.insecure is True and cfg.seal is None

@@ -92,6 +92,8 @@ def test_the_demo_computes_the_simulators_model(mosquitto, tmp_path):
     fed, summary, _ = simulate(load_scenario(DEPLOY / "federation.yaml"))
     root = node_json(site, "cloud")
     assert (root["run_status"], root["rounds"]) == (summary["status"], summary["rounds"])
+    # the demo's nodes say insecure: true, and their records say so
+    assert (root["signed"], root["insecure"], root["rejected"]) == (False, True, {})
     model = np.load(site / "records" / "cloud" / "model.npz")
     for h, centers in enumerate(fed.final_state.centers):
         np.testing.assert_allclose(model[f"centers_{h}"], centers, rtol=0, atol=1e-10)

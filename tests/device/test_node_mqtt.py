@@ -54,6 +54,8 @@ def test_a_device_deployment_computes_the_simulators_model(mosquitto, tmp_path):
     assert root["status"] == "finished" and root["role"] == "root"
     assert (root["run_status"], root["rounds"]) == (summary["status"], summary["rounds"])
     assert root["files"] == ["model.npz", "rounds.csv", "node.json"]
+    # signed by default, with the deployment's key files; nothing was refused
+    assert (root["signed"], root["keys"], root["rejected"]) == (True, "key files", {})
     model = np.load(tmp_path / "records" / "cloud" / "model.npz")
     for h, centers in enumerate(fed.final_state.centers):
         np.testing.assert_allclose(model[f"centers_{h}"], centers, rtol=0, atol=1e-10)

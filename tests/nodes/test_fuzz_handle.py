@@ -8,6 +8,7 @@ used to raise from (found by that fuzzer and from outside) has its regression te
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import warnings
@@ -19,7 +20,7 @@ import pytest
 
 from fedstrata import wire
 from fedstrata.nodes.bodies import CATEGORIES
-from fedstrata.nodes.events import Delivered, Publish, Record
+from fedstrata.nodes.events import Delivered, Publish, Record, TimerFired
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -184,3 +185,38 @@ def test_garbage_is_counted_apart_from_malformed(captures):
     effects = node.handle(Delivered(now=cap.now, topic=cap.topic, payload=b"\x93\x01\x02"))
     [drop] = _drops(effects)
     assert drop["category"] == "garbage"
+
+
+def test_unbounded_candidate_weights_are_refused_at_receipt(captures):
+    """seeding.py's k-means++ draw raised on weights whose sum overflows (found by fuzzing)."""
+    cap = _by_label(captures, "flat-sum-signed", "root/up/update/setup")
+    w = cap.env.body["init_w"]
+    [drop] = _drops(_deliver(cap, {**cap.env.body, "init_w": np.full_like(w, 1e308)}))
+    assert drop["category"] == "malformed" and "initialisation weights" in drop["reason"]
+
+
+@pytest.mark.parametrize("role", ["root", "middle"])
+def test_a_partial_of_another_phase_fails_the_round_instead_of_raising(captures, role):
+    """Genuine deep-lloyd partials while the round collects candidates.
+
+    Middle tier: beside another child's candidates, the sum is refused (``combine``).
+    Root: from every child, the model step refuses them (``next_state``). Both raised
+    NodeProtocolError before.
+    """
+    cap = _by_label(captures, "deep-efd-fog", f"{role}/up/update/deep-candidates")
+    lloyd = _by_label(captures, "deep-efd-fog", f"{role}/up/update/deep-lloyd")
+    node = cap.node()
+    other = sorted(node.children - {cap.env.sender})[0]
+    wrong = dataclasses.replace(cap.env, sender=other, body=lloyd.env.body)
+    first = cap.env if role == "middle" else dataclasses.replace(cap.env, body=lloyd.env.body)
+    effects = []
+    for env in (first, wrong):
+        payload = fz.payload_of(cap, env)
+        effects += node.handle(Delivered(now=cap.now, topic=cap.topic, payload=payload))
+    for k in range(1, 5):  # the round closes at its deadline: nothing escapes then either
+        effects += node.handle(TimerFired(now=cap.now + 1e4 * k, name="deadline"))
+    kind = "round" if role == "root" else "aggregate"
+    first = next(e.fields for e in effects if isinstance(e, Record) and e.kind == kind)
+    assert first["ok"] is False
+    if role == "root":
+        assert "partial in a" in first["failure"]

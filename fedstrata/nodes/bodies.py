@@ -323,9 +323,10 @@ def check_body(env: wire.Envelope) -> wire.Envelope:
     check_fields(env.body, schema, f"{kind} body")
     if kind == "model" and "secagg" in env.body:
         setup = env.body["secagg"]
-        _check_secagg(setup, "model body's secagg")
+        check_fields(setup, SECAGG, "model body's secagg")
         if setup["type"] != "secagg/setup":
             raise MalformedBodyError("a model body's secagg must be a secagg/setup message")
+        check_fields(setup, SECAGG_TYPES["secagg/setup"], "model body's secagg")
     return env
 
 

@@ -33,7 +33,11 @@ value outside that range is not a sum of ``n`` clipped encodings (a wrong ``n``,
 unclipped or corrupted summand, leftover masks), so it raises
 :class:`FixedPointOverflowError` instead of returning a wrong sum. The check catches
 a garbage coordinate (uniform modulo 2**k) with probability ``1 - n*Q / 2**(k-1)``.
-It cannot catch one that lands inside the range.
+It cannot catch one that lands inside the range, and with the widest range a group
+allows (``n*Q`` close to ``2**(k-1)``) it catches almost nothing: secure aggregation
+therefore also masks a check tag with every input (:func:`fedstrata.privacy.secagg.
+check_tag`), which a random or corrupted masked vector fails with probability
+``1 - 2**-k``.
 
 Precision
 ---------

@@ -35,7 +35,7 @@ import yaml
 from fedstrata.errors import ScenarioError
 from fedstrata.scenarios.schema import Scenario, ScenarioErrors
 
-__all__ = ["STUDY_COLUMNS", "Study", "load_study", "run_study"]
+__all__ = ["STUDY_COLUMNS", "Study", "load_study", "run_study", "study_from_data"]
 
 #: Columns of ``study.csv``: a row per variant, means over its seeds.
 STUDY_COLUMNS = (
@@ -113,7 +113,7 @@ def load_study(path: str | Path, *, preflight: bool = True) -> Study:
         With the problems found; a variant's are prefixed by ``variant <name>``.
 
     """
-    from fedstrata.scenarios.loader import load_scenario, parse_scenario
+    from fedstrata.scenarios.loader import load_scenario
 
     file = str(path)
     p = Path(path)
@@ -123,20 +123,34 @@ def load_study(path: str | Path, *, preflight: bool = True) -> Study:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         load_scenario(p, preflight=False)  # its located message for unreadable files
         raise
+    return study_from_data(data, file=file, base_dir=p.absolute().parent, preflight=preflight)
+
+
+def study_from_data(
+    data: Any, *, file: str, base_dir: str | Path | None = None, preflight: bool = True
+) -> Study:
+    """:func:`load_study` on a study already read into a mapping (``fedstrata.study``).
+
+    ``file`` names the study in messages; relative paths in ``data`` are read from
+    ``base_dir``. ``data`` is not modified. Raises as :func:`load_study`.
+    """
+    from fedstrata.scenarios.loader import parse_scenario
+
     if not isinstance(data, dict) or "study" not in data:
         raise ScenarioErrors(
             [ScenarioError("a study file needs a top-level study section", file=file)]
         )
+    data = dict(data)
     variants, seeds, target = _study_errors(data.pop("study"), file)
     base_text = yaml.safe_dump(data, sort_keys=False)
-    parse_scenario(base_text, file=file, base_dir=p.absolute().parent)  # the shared part
+    parse_scenario(base_text, file=file, base_dir=base_dir)  # the shared part
     out: dict[str, Scenario] = {}
     errors: list[ScenarioError] = []
     for name, over in variants.items():
         merged = _merge(data, over or {})
         try:
             sc = parse_scenario(
-                yaml.safe_dump(merged, sort_keys=False), file=file, base_dir=p.parent
+                yaml.safe_dump(merged, sort_keys=False), file=file, base_dir=base_dir
             )
             if preflight:
                 from fedstrata.scenarios.preflight import preflight as check

@@ -58,6 +58,7 @@ __all__ = [
     "run_sweep",
     "summarize",
     "summary_columns",
+    "sweep_from_data",
 ]
 
 #: Statuses of a run that ended on its own; a run with one of them is not run again.
@@ -254,17 +255,38 @@ def load_sweep(
         prefixed by ``cell <id>``.
 
     """
-    import copy
-
-    from fedstrata.scenarios.loader import _Loader, load_scenario, parse_scenario
+    from fedstrata.scenarios.loader import _Loader, load_scenario
 
     if repeats < 1:
         raise GridError("--repeats must be at least 1")
-    file = str(path)
     p = Path(path)
-    base_dir = p.absolute().parent
     load_scenario(p, preflight=False)  # the file's own problems, located in it
     data = yaml.load(p.read_text(encoding="utf-8"), Loader=_Loader)
+    return sweep_from_data(
+        data, grid, repeats, file=str(path), base_dir=p.absolute().parent, preflight=preflight
+    )
+
+
+def sweep_from_data(
+    data: dict[str, Any],
+    grid: dict[str, tuple[Any, ...]],
+    repeats: int = 1,
+    *,
+    file: str,
+    base_dir: str | Path | None = None,
+    preflight: bool = True,
+) -> Sweep:
+    """:func:`load_sweep` on a scenario already read into a mapping (``fedstrata.sweep``).
+
+    ``file`` names the scenario in messages; relative paths in ``data`` are read
+    from ``base_dir``. Raises as :func:`load_sweep`.
+    """
+    import copy
+
+    from fedstrata.scenarios.loader import parse_scenario
+
+    if repeats < 1:
+        raise GridError("--repeats must be at least 1")
     combos = expand_grid(grid)
     for key, values in grid.items():  # unknown keys are usage errors, found first
         trial = copy.deepcopy(data)

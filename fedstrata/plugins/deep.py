@@ -24,6 +24,7 @@ scenario validator, with located errors).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ from fedstrata.algorithms.seeding import local_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Step
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import Shape, read_int, read_references
+from fedstrata.nodes.messages import Shape, read_choice, read_int, read_references
 from fedstrata.plugins._scaled import ScaledViewsLearner, scale_with_ranges
 from fedstrata.plugins._setup import SharedSetupRound, setup_body
 
@@ -77,7 +78,9 @@ def _array(value: Any, what: str, dtype: np.dtype, shape: tuple[int | None, ...]
 
 
 def _number(value: Any, what: str, minimum: float = 0.0) -> float:
-    if type(value) not in (int, float) or not np.isfinite(value) or value < minimum:
+    # ints from the wire are exact and may exceed what np.isfinite takes (2**64 - 1)
+    finite = type(value) is int or (type(value) is float and math.isfinite(value))
+    if not finite or value < minimum:
         raise WireError(f"{what} must be a finite number >= {minimum}")
     return float(value)
 
@@ -226,7 +229,7 @@ class DeepAlgorithm(SharedSetupRound, Algorithm):
 
     def check_partial(self, body: dict[str, Any]) -> None:
         """Fields of the partial's phase present, of their shapes, finite."""
-        mode = body.get("mode")
+        mode = read_choice(body, "mode", ("deep-train", "deep-candidates", "deep-lloyd"))
         latent = self.model.latent
         if mode == "deep-train":
             sums, weights = body.get("sums"), body.get("weights")

@@ -39,6 +39,7 @@ from fedstrata.nodes.algorithm import Algorithm, Step
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.messages import (
     Shape,
+    read_choice,
     read_int,
     read_references,
 )
@@ -171,8 +172,7 @@ class TensorAlgorithm(SharedSetupRound, Algorithm):
 
     def check_partial(self, body: dict[str, Any]) -> None:
         """Every message array present, of its shape, finite; counts are ints."""
-        if body.get("mode") != "tensor":
-            raise WireError("expected a tensor partial")
+        read_choice(body, "mode", ("tensor",))
         _read_arrays(body, "stats", self.message_shapes)
         read_int(body, "n")
         read_int(body, "contributors", 1)

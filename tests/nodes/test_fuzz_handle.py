@@ -8,6 +8,7 @@ used to raise from (found by that fuzzer and from outside) has its regression te
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import sys
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from fedstrata import wire
+from fedstrata.errors import WireError
 from fedstrata.nodes.bodies import CATEGORIES
 from fedstrata.nodes.events import Delivered, Publish, Record, TimerFired
 
@@ -220,3 +222,33 @@ def test_a_partial_of_another_phase_fails_the_round_instead_of_raising(captures,
     assert first["ok"] is False
     if role == "root":
         assert "partial in a" in first["failure"]
+
+
+def test_the_plug_in_readers_raise_only_wire_errors_on_any_body(captures):
+    """Readers called directly, past the node schema: mutants of genuine bodies.
+
+    ``check_partial``/``check_setup`` of every aggregator's algorithm on update bodies
+    and ``read_model`` on model bodies: a refusal is a WireError, never anything else.
+    """
+    rng = np.random.default_rng(4)
+    targets = []
+    for cap in captures:
+        if cap.role == "client":
+            continue
+        algorithm = cap.node().algorithm
+        if cap.env.kind == "update":
+            setup = cap.env.body.get("mode") == "setup"
+            targets.append((cap, algorithm.check_setup if setup else algorithm.check_partial))
+        elif cap.env.kind == "model" and cap.env.body.get("phase") != "setup":
+            targets.append((cap, algorithm.read_model))
+    assert len({c.scenario for c, _ in targets}) >= 10
+    calls = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(6):
+            for cap, reader in targets:
+                body = fz.mutate_body(cap.env.body, rng)
+                with contextlib.suppress(WireError):  # anything else fails the test
+                    reader(body)
+                calls += 1
+    assert calls == 6 * len(targets)

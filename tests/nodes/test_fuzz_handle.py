@@ -23,6 +23,7 @@ from fedstrata import wire
 from fedstrata.errors import WireError
 from fedstrata.nodes.bodies import CATEGORIES
 from fedstrata.nodes.events import Delivered, Publish, Record, TimerFired
+from fedstrata.nodes.secure import REFUSALS, SecureMember
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -252,3 +253,33 @@ def test_the_plug_in_readers_raise_only_wire_errors_on_any_body(captures):
                     reader(body)
                 calls += 1
     assert calls == 6 * len(targets)
+
+
+def test_the_secure_aggregation_parsers_refuse_only_with_their_refusals(captures):
+    """Past the schema: mutated session messages straight into the server and members.
+
+    ``SecureCollection.receive``, ``SecureMember.handle`` and a member built from a
+    mutated setup raise only what the nodes record (REFUSALS), never anything else.
+    """
+    rng = np.random.default_rng(8)
+    calls = 0
+    secure = [c for c in captures if c.scenario.startswith(("secagg", "tensor-secagg"))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(15):
+            for cap in secure:
+                body = fz.mutate_body(cap.env.body, rng)
+                body.pop("sub", None)
+                node = cap.node()
+                with contextlib.suppress(*REFUSALS):
+                    if "/up/secagg/" in cap.label and node._secure is not None:
+                        calls += 1
+                        node._secure.receive(cap.env.sender, body, 0)
+                    elif "/to/secagg/" in cap.label and node._member is not None:
+                        calls += 1
+                        node._member.handle(body)
+                    elif "iter+secagg" in cap.label:
+                        calls += 1
+                        setup = body.get("secagg")
+                        SecureMember(node.node_id, node.protocol, node._layout, setup).keys()
+    assert calls > 500

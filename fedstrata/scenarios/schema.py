@@ -1307,8 +1307,10 @@ class PrivacySpec(_Strict):
 
     ``sign`` signs every message with the sender's Ed25519 key (64 bytes each) and
     makes every node refuse unsigned, forged and replayed messages (counted by
-    reason). Keys come from the seed in simulations and MQTT runs of one machine, and
-    from key files on devices (``fedstrata keys``, ``fedstrata node --key``).
+    reason). It is for the simulator, whose keys are derived from the seed (they
+    protect nothing). Runs over a real broker sign whatever it says: ``fedstrata run
+    --transport mqtt`` with fresh per-run keys (``--insecure`` to send unsigned, which
+    ``sign: true`` refuses), devices with the key files of ``fedstrata keys``.
     """
 
     secure_aggregation: Literal["none", "secagg", "secagg+"] = "none"

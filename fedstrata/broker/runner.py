@@ -57,6 +57,13 @@ from fedstrata.nodes.events import (
 
 #: ``fs/{run}/presence/{node}`` (see :func:`fedstrata.mqtt.presence_topic`).
 _PRESENCE = re.compile(r"^fs/[^/]+/presence/([^/]+)$")
+#: How long a PUBLISH or SUBSCRIBE (and a first CONNECT) waits for the broker's answer.
+ACK_TIMEOUT_S = 10.0
+#: How long a CONNECT after a lost connection waits for its CONNACK before the next try.
+RECONNECT_TIMEOUT_S = 3.0
+#: Seconds after a reconnect at which a runner publishes its last messages again (it
+#: does so at once, at these delays, and at ``2 * backoff_max_s + 1``).
+REPUBLISH_AFTER_S = (0.5, 1.5)
 #: What a node publishes on its presence topic when it connects.
 ONLINE = b"online"
 #: Its last will there: an empty payload.
@@ -65,6 +72,7 @@ OFFLINE = b""
 __all__ = [
     "OFFLINE",
     "ONLINE",
+    "REPUBLISH_AFTER_S",
     "LinkShaper",
     "NodeRunner",
     "RunLog",
@@ -329,12 +337,14 @@ class NodeRunner:
         (devices start in any order: a parent not yet up is not gone). ``None``:
         never.
     republish
-        After a reconnect, publish the node's last message of every topic again, at
-        once and once more ``2 * backoff_max_s + 1`` seconds later (when every peer
-        that lost the same broker had time to reconnect and subscribe again). A
-        broker restart drops what it held for sessions it forgot; receivers count
-        and drop the copies they already had, so a restart costs seconds, not a
-        round deadline.
+        After a reconnect, publish the node's last message of every topic again: at
+        once, then :data:`REPUBLISH_AFTER_S` seconds later and once more ``2 *
+        backoff_max_s + 1`` seconds later (by then every peer that lost the same
+        broker has reconnected and subscribed again), the latest message of each
+        topic each time (one the node sent after the reconnect may have reached a
+        broker where its receiver had not subscribed again yet). A broker restart
+        drops what it held for the sessions it forgot; receivers count and drop the
+        copies they already had, so a restart costs seconds, not a round deadline.
 
     Attributes
     ----------
@@ -515,7 +525,10 @@ class NodeRunner:
             protocol=self._version,
             will=will,
             keepalive=self.keepalive,
-            timeout=10.0,
+            # how long CONNECT may wait for its CONNACK (publish and subscribe pass their
+            # own): after a lost connection a broker that accepted the TCP connection but
+            # never answers (a restart under way) must not hold the node for 10 s
+            timeout=RECONNECT_TIMEOUT_S if self._started else ACK_TIMEOUT_S,
             # small request/response messages: do not wait for Nagle's algorithm
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             **kwargs,
@@ -541,7 +554,9 @@ class NodeRunner:
                     )
                     self._lost_at = None
                 if self.presence is not None:
-                    await client.publish(self.presence, ONLINE, qos=1, retain=False)
+                    await client.publish(
+                        self.presence, ONLINE, qos=1, retain=False, timeout=ACK_TIMEOUT_S
+                    )
                     self.traffic.presence_publishes += 1
                     self.traffic.presence_bytes_out += publish_packet_size(
                         self.presence, len(ONLINE), 1, protocol=self.protocol
@@ -551,12 +566,12 @@ class NodeRunner:
                     self._feed(Started(now=self.log.now()))
                 else:  # the broker may have lost the session: subscribe again
                     for pattern, qos in self._subs.items():
-                        await client.subscribe(pattern, qos)
+                        await client.subscribe(pattern, qos, timeout=ACK_TIMEOUT_S)
                     if self.republish and self._last_publish:
                         await self._republish(client)
-                        asyncio.get_running_loop().call_later(
-                            2 * self.backoff_max_s + 1.0, self._inbox_put, ("republish",)
-                        )
+                        loop = asyncio.get_running_loop()
+                        for delay in (*REPUBLISH_AFTER_S, 2 * self.backoff_max_s + 1.0):
+                            loop.call_later(delay, self._inbox_put, ("republish",))
                 await self._drain(client)
                 while not self.finished and not self._aborted:
                     _raise_if_cancelled()
@@ -580,7 +595,9 @@ class NodeRunner:
     async def _republish(self, client: aiomqtt.Client) -> None:
         """Publish the node's last message of every topic again (see ``republish``)."""
         for eff in list(self._last_publish.values()):
-            await client.publish(eff.topic, eff.payload, qos=eff.qos, retain=eff.retain)
+            await client.publish(
+                eff.topic, eff.payload, qos=eff.qos, retain=eff.retain, timeout=ACK_TIMEOUT_S
+            )
             size = publish_packet_size(eff.topic, len(eff.payload), eff.qos, protocol=self.protocol)
             self.republished += 1
             self.traffic.publishes += 1
@@ -747,7 +764,9 @@ class NodeRunner:
             if isinstance(eff, _Shaped | Publish):
                 if isinstance(eff, _Shaped):
                     eff = eff.publish
-                await client.publish(eff.topic, eff.payload, qos=eff.qos, retain=eff.retain)
+                await client.publish(
+                    eff.topic, eff.payload, qos=eff.qos, retain=eff.retain, timeout=ACK_TIMEOUT_S
+                )
                 if self.republish:
                     self._last_publish[eff.topic] = eff
                 if eff.retain:
@@ -760,7 +779,7 @@ class NodeRunner:
                 self.traffic.packet_bytes_out += size
                 self.log.add_bytes(self.tier, size)
             elif isinstance(eff, Subscribe):
-                await client.subscribe(eff.pattern, eff.qos)
+                await client.subscribe(eff.pattern, eff.qos, timeout=ACK_TIMEOUT_S)
                 self._subs[eff.pattern] = eff.qos
             elif isinstance(eff, SetTimer):
                 old = self._timers.pop(eff.name, None)

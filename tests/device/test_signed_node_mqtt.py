@@ -89,3 +89,48 @@ def test_signing_keys_are_checked_before_the_node_starts(tmp_path):
     res = _check(tmp_path, "client-0")
     assert res.returncode == 1 and "signing.key" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(180)
+def test_a_deployment_refuses_a_final_model_replayed_from_its_previous_run(mosquitto, tmp_path):
+    """A site keeps its key files from run to run: the run id in the signed bytes is
+    what tells the previous run's final model from this run's."""
+    from fedstrata.privacy.signing import SIGNATURE_BYTES
+    from tests.broker.test_signed_mqtt import Watcher, _final_model
+
+    text = FLAT.format(seed=3)
+    first, second = run_id(), run_id()
+    configs = write_deployment(tmp_path, text, run=first, url=mosquitto.url)  # signed
+    watcher = Watcher(mosquitto)
+    try:
+        results = finish({nid: start_node(path) for nid, path in configs.items()}, timeout=90)
+        assert all(code == 0 for code, _, _ in results.values()), results
+        final = _final_model(watcher.heard, f"fs/{first}/cloud/cloud/down", SIGNATURE_BYTES)
+        for path in configs.values():  # the next run: same keys, a new run id and records
+            path.write_text(
+                path.read_text()
+                .replace(f"run: {first}", f"run: {second}")
+                .replace("out: records/", "out: records-2/")
+            )
+        down = f"fs/{second}/cloud/cloud/down"
+        watcher.replay = (down, down, final, SIGNATURE_BYTES)
+        results = finish({nid: start_node(path) for nid, path in configs.items()}, timeout=90)
+    finally:
+        watcher.close()
+    assert watcher.replayed.is_set(), "the replay was never sent"
+    for nid, (code, out, err) in results.items():
+        assert code == 0 and "Traceback" not in err, (nid, out, err)
+
+    def record(run: str, node: str) -> dict:
+        return json.loads((tmp_path / run / node / "node.json").read_text())
+
+    before, after = record("records", "cloud"), record("records-2", "cloud")
+    assert (after["run_status"], after["rounds"]) == (before["run_status"], before["rounds"])
+    for c in ("client-0", "client-1", "client-2"):
+        rec = record("records-2", c)
+        assert rec["rejected"] == {"wrong_run": 1}, (c, rec["rejected"])
+        assert rec["final_model_round"] == before["rounds"] + 1  # this run's final, not the old
+        assert (tmp_path / "records-2" / c / "labels.csv").read_text() == (
+            tmp_path / "records" / c / "labels.csv"
+        ).read_text()

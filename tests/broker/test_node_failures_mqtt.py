@@ -6,6 +6,7 @@ delivered message); the dead worker is a real worker process killed with SIGKILL
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -20,7 +21,7 @@ from fedstrata.nodes.events import Delivered, Event
 from fedstrata.scenarios import run_mqtt as run_mqtt_module
 from fedstrata.scenarios.build import build_federation
 from fedstrata.scenarios.loader import parse_scenario
-from fedstrata.scenarios.run_mqtt import mqtt_run
+from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt
 
 pytestmark = pytest.mark.broker
 
@@ -118,13 +119,19 @@ def _kill_worker_after_models(broker: Any, run_id: str, name: str, models: int) 
     return thread
 
 
-def test_a_killed_worker_is_a_crash_of_its_nodes(mosquitto):
+def test_a_killed_worker_is_a_crash_of_its_nodes(mosquitto, tmp_path):
     sc = parse_scenario(SCENARIO.replace("rounds: 5", "rounds: 6"))
     run_id = f"killed-worker-{os.getpid()}"
     # three workers: [cloud, client-2], [client-0], [client-1]; kill the last one
     killer = _kill_worker_after_models(mosquitto, run_id, "fedstrata-nodes-2", 2)
-    _, summary, rows = mqtt_run(
-        sc, mosquitto.host, mosquitto.port, timeout_s=90, processes=3, run_id=run_id
+    summary = run_scenario_mqtt(
+        sc,
+        tmp_path / "run",
+        broker=mosquitto.url,
+        timeout_s=90,
+        processes=3,
+        run_id=run_id,
+        plots=False,
     )
     killer.join(timeout=5)
     assert summary["status"] == "round_limit", summary["reason"]
@@ -137,5 +144,11 @@ def test_a_killed_worker_is_a_crash_of_its_nodes(mosquitto):
         }
     ]
     assert 0 < summary["crashed"][0]["t"] < summary["wall_time_s"]
-    last = [r for r in rows if r["tier"] == "cloud" and r["phase"] == "iter"][-1]
-    assert last["participants"] == 2
+    # a complete record: every file it lists, summary.json last
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["crashed"] == summary["crashed"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(written["files"])
+    rounds = (tmp_path / "run" / "rounds.csv").read_text().splitlines()
+    last = [line for line in rounds if ",cloud,iter," in line][-1]
+    header = rounds[0].split(",")
+    assert dict(zip(header, last.split(","), strict=True))["participants"] == "2"

@@ -39,11 +39,11 @@ import json
 import shutil
 import tempfile
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fedstrata.errors import ValidationError
 
@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 Transport = Literal["sim", "mqtt"]
+T = TypeVar("T")
 
 
 class NotARecordError(ValidationError):
@@ -215,6 +216,24 @@ def _scenario(scenario: Any, keyword: Mapping[str, Any], dotted: Mapping[str, An
             ) from None
     preflight(sc)  # what only a run would find (no clients' samples, missing files, ...)
     return sc
+
+
+def _outside_event_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, in a worker thread if this thread runs an event loop.
+
+    The MQTT transport calls :func:`asyncio.run`, which refuses to start inside a
+    running loop, and Jupyter's kernel runs one in its main thread.
+    """
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn(*args, **kwargs)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="fedstrata-mqtt") as pool:
+        return pool.submit(fn, *args, **kwargs).result()
 
 
 def _out_folder(owner: object, out: str | Path | None, prefix: str) -> tuple[Path, _Owned | None]:
@@ -487,7 +506,8 @@ def run(
     else:
         from fedstrata.scenarios.run_mqtt import DEFAULT_TIMEOUT_S, run_scenario_mqtt
 
-        run_scenario_mqtt(
+        _outside_event_loop(
+            run_scenario_mqtt,
             sc,
             folder,
             broker=broker,

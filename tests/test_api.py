@@ -312,3 +312,15 @@ def test_load_a_device_nodes_record(mosquitto, tmp_path):  # noqa: F811
     np.testing.assert_array_equal(client.labels.label.to_numpy(), fed.final_labels[idx])
     frame = client.summary_frame()
     assert frame.loc[0, "node"] == "client-1"
+
+
+@pytest.mark.broker
+def test_an_mqtt_run_from_inside_a_running_event_loop(mosquitto):  # noqa: F811
+    import asyncio
+
+    async def notebook_cell():  # Jupyter's kernel runs its cells inside an event loop
+        return fedstrata.run(TINY, transport="mqtt", broker=mosquitto.url, protocol={"rounds": 2})
+
+    run = asyncio.run(notebook_cell())
+    assert run.transport == "mqtt" and run.summary["rounds"] == 2
+    assert run.summary["privacy"]["signed"] is True  # a real run signs by default

@@ -141,8 +141,9 @@ def test_validate_rejects_the_bad_corpus_with_exact_lines():
     assert res.returncode == 1, res.stderr[-2000:]
     assert res.stdout == ""
     got, deep = _split_missing_extra(_lines(res.stderr))
-    if not has("torch"):
-        assert deep == sorted(f"bad/{f}" for f in files if "fmcsc" in f or "efd-mvc" in f)
+    if not has("torch"):  # some deep file names the extra; no other file does
+        assert deep
+        assert set(deep) <= {f"bad/{f}" for f in files if "fmcsc" in f or "efd-mvc" in f}
     assert got == want, _diff(want, got)
 
 

@@ -19,6 +19,7 @@ from fedstrata.errors import ScenarioError
 from fedstrata.scenarios.build import deep_model_of, model_of
 from fedstrata.scenarios.loader import load_scenario, parse_scenario
 from fedstrata.scenarios.schema import AlgorithmSpec, ScenarioErrors
+from tests.extras import has, require
 
 FMCSC = """
 name: fmcsc-small
@@ -80,6 +81,7 @@ def _deep(name: str, more: str = "", algorithm: str = "") -> str:
 
 
 def test_fmcsc_keys_make_the_model_written_by_hand():
+    require("torch")  # the deep plug-in validates these
     sc = parse_scenario(FMCSC)
     model = model_of(sc, [5, 7])
     assert model == DeepModel(
@@ -107,6 +109,7 @@ def test_fmcsc_keys_make_the_model_written_by_hand():
 
 
 def test_efd_mvc_with_the_papers_network_and_defaults_else():
+    require("torch")  # the deep plug-in validates these
     sc = parse_scenario(EFD_MVC)
     model = model_of(sc, (3, 4, 2))
     assert isinstance(model, DeepModel)
@@ -125,11 +128,13 @@ def test_efd_mvc_with_the_papers_network_and_defaults_else():
 
 
 def test_nothing_set_is_the_default_model_with_the_scenarios_seed():
+    require("torch")  # the deep plug-in validates these
     sc = parse_scenario("seed: 9\nalgorithm: {name: efd-mvc}\n")
     assert model_of(sc, [2, 2]) == DeepModel("efd-mvc", 4, (2, 2), seed=9)
 
 
 def test_exactly_pretrain_rounds_plus_train_rounds_plus_two_rounds_is_enough():
+    require("torch")  # the deep plug-in validates these
     parse_scenario(_deep("fmcsc", "protocol: {rounds: 11}\n"))  # 4 + 5 + 2
     parse_scenario(_deep("fmcsc", "protocol: {rounds: 6}\n", "  train_rounds: 0\n"))
     one = "  train_rounds: 1\n  pretrain_rounds: 1\n"
@@ -137,6 +142,7 @@ def test_exactly_pretrain_rounds_plus_train_rounds_plus_two_rounds_is_enough():
 
 
 def test_a_shipped_style_file_validates_with_its_dataset(tmp_path):
+    require("torch")  # the deep plug-in validates these
     f = tmp_path / "fmcsc.yaml"
     f.write_text(FMCSC, encoding="utf-8")
     sc = load_scenario(f)  # pre-flight builds the model with the dataset's dims
@@ -145,6 +151,7 @@ def test_a_shipped_style_file_validates_with_its_dataset(tmp_path):
 
 
 def test_model_of_needs_dims():
+    require("torch")  # the deep plug-in validates these
     sc = parse_scenario(FMCSC)
     with pytest.raises(ScenarioError) as info:
         model_of(sc)
@@ -153,6 +160,7 @@ def test_model_of_needs_dims():
 
 
 def test_a_model_refusal_is_located():
+    require("torch")  # the deep plug-in validates these
     sc = parse_scenario(FMCSC)
     with pytest.raises(ScenarioError) as info:
         model_of(sc, [5])
@@ -242,12 +250,14 @@ WHY_SECURE = (
     ],
 )
 def test_each_protocol_refusal_is_located(more, path, reason):
+    require("torch")  # the deep plug-in validates these
     errors = _errors(_deep("fmcsc", more))
     assert (path, reason) in errors, errors
     assert all(p != "algorithm.name" for p, _ in errors)  # PyTorch is installed here
 
 
 def test_rounds_follow_train_rounds():
+    require("torch")  # the deep plug-in validates these
     more = "  train_rounds: 10\n  pretrain_rounds: 2\n"
     errors = _errors(_deep("efd-mvc", "protocol: {rounds: 13}\n", more))
     assert errors == [
@@ -261,6 +271,7 @@ def test_rounds_follow_train_rounds():
 
 
 def test_several_refusals_are_reported_together():
+    require("torch")  # the deep plug-in validates these
     errors = _errors(_deep("efd-mvc", "protocol: {kind: buffered, rule: mean, rounds: 2}\n"))
     assert sorted(p for p, _ in errors) == ["protocol.kind", "protocol.rounds", "protocol.rule"]
 
@@ -394,7 +405,8 @@ def test_validate_without_pytorch_names_the_extra(tmp_path):
         f"{scenario}:3: algorithm.name: efd-mvc needs PyTorch, the [deep] extra: pip install "
         '"fedstrata[deep]"'
     ]
-    # the same file validates where PyTorch is importable
+    if not has("torch"):
+        return  # the rest needs PyTorch: the same file validates where it is importable
     env = {**os.environ, "PYTHONIOENCODING": "utf-8", "NO_COLOR": "1"}
     ok = subprocess.run(
         [exe, "validate", str(scenario)], capture_output=True, text=True, timeout=120, env=env
@@ -403,6 +415,7 @@ def test_validate_without_pytorch_names_the_extra(tmp_path):
 
 
 def test_a_network_too_big_for_one_message_is_refused_by_validate(tmp_path):
+    require("torch")  # the deep plug-in validates these
     # the papers' Fc500-Fc500-Fc2000 encoders on the six digit views: FMCSC's model
     # body would carry 7 networks of 16,264,981 parameters, 434 MiB > the 64 MiB limit
     scenario = tmp_path / "big.yaml"

@@ -190,11 +190,38 @@ def _where(
     return (mark.name or file), mark.line + 1
 
 
-#: Key names whose values are never shown in an error line, in any file.
-SECRET_KEY = re.compile(
-    r"pass(word|wd|phrase)?|secret|token|key|credential|auth|cookie|session|private|pwd",
-    re.IGNORECASE,
+#: Key names whose values are never shown in an error line, in any file: a word of
+#: the key (split at ``_``, ``-`` and case changes) is one of these.
+SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "apikey",
+        "credential",
+        "credentials",
+        "auth",
+        "cookie",
+        "private",
+    }
 )
+#: Suffixes of keys that say where a secret lives (a file, a variable), not the secret.
+_WHERE = ("file", "path", "dir", "env", "var")
+
+
+def _secret_key(name: str) -> bool:
+    """Whether ``name`` is named like a secret (``password``, ``api_token``, ``apiKey``)."""
+    words = [w.lower() for w in re.split(r"[_\-.\s]+|(?<=[a-z])(?=[A-Z])", name) if w]
+    if not words or words[-1] in _WHERE:
+        return False
+    joined = "".join(words)
+    return any(w in SECRET_WORDS for w in words) or joined.endswith("apikey")
+
+
 #: What an error line says instead of a value it must not show.
 HIDDEN = "(value not shown)"
 
@@ -202,14 +229,14 @@ HIDDEN = "(value not shown)"
 def _hidden(loc: tuple[Any, ...], where: str, file: str) -> str | None:
     """Which values an error at ``loc`` must not show: the rule for secrets.
 
-    ``"all"`` when a key on the path is named like a secret (:data:`SECRET_KEY`), in
+    ``"all"`` when a key on the path is named like a secret (:data:`SECRET_WORDS`), in
     any file; ``"strings"`` when the value was read from another file than the
     scenario itself (a base file reached by ``extends`` may be any file: a secrets
     file, a key): numbers, booleans and null are settings and are shown, text is
     not; ``None`` (show) otherwise. The error still names the key and the
     ``file:line`` of the value.
     """
-    if any(isinstance(p, str) and SECRET_KEY.search(p) for p in loc):
+    if any(isinstance(p, str) and _secret_key(p) for p in loc):
         return "all"
     return "strings" if where != file else None
 

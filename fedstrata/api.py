@@ -564,6 +564,12 @@ class SweepResult:
         """The record of one run of the sweep (``cell`` as in the ``cell`` column)."""
         return Run(self.folder / "runs" / cell / f"rep-{repeat}")
 
+    def __repr__(self) -> str:
+        return (
+            f"<fedstrata SweepResult: {len(self.results)} runs in {len(self.summary)} cells, "
+            f"{len(self.errors)} errors, {self.folder}>"
+        )
+
 
 def sweep(
     scenario: str | Path | Mapping[str, Any] | Scenario,
@@ -712,6 +718,12 @@ class StudyResult:
     def run(self, variant: str, seed: int) -> Run:
         """The record of one run of the study."""
         return Run(self.folder / variant / f"seed-{seed}")
+
+    def __repr__(self) -> str:
+        return (
+            f"<fedstrata StudyResult: {len(self.table)} variants, {len(self.runs)} runs, "
+            f"target ARI {self.target_ari}, {self.folder}>"
+        )
 
 
 def study(

@@ -65,7 +65,10 @@ def _outputs(nb: nbformat.NotebookNode, mime: str) -> list[str]:
 @pytest.mark.parametrize(
     "path",
     [
-        pytest.param(p, marks=[pytest.mark.broker] if p.stem in NEEDS_BROKER else [])
+        pytest.param(
+            p,
+            marks=[pytest.mark.slow, *([pytest.mark.broker] if p.stem in NEEDS_BROKER else [])],
+        )
         for p in NOTEBOOKS
     ],
     ids=lambda p: p.stem,

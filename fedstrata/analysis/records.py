@@ -365,7 +365,8 @@ class RecordStage:
     incomplete run), then the old record files the new record does not have, then
     moves the new files in, ``summary.json`` last. A failure before the commit (a
     full disk, a read-only file system, an interrupted write) leaves the earlier
-    record untouched and no partial one: :meth:`abort` removes the stage.
+    record untouched and no partial one: :meth:`abort` removes the stage. The stages
+    of runs killed before their commit are removed when the next one starts.
 
     Raises
     ------
@@ -375,6 +376,9 @@ class RecordStage:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
+        # the stages of runs killed before their commit (SIGKILL, power loss)
+        for old in self.folder.glob(".fedstrata-stage-*"):
+            shutil.rmtree(old, ignore_errors=True)
         try:
             self.dir = Path(tempfile.mkdtemp(prefix=".fedstrata-stage-", dir=self.folder))
         except OSError as exc:

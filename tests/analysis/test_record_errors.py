@@ -119,3 +119,13 @@ def test_cli_out_under_a_regular_file_is_a_one_line_usage_error(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot create the folder" in lines[0], res.stderr
     assert (tmp_path / "plain").read_text() == "a file, not a folder"
+
+
+def test_the_stage_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    stale = out / ".fedstrata-stage-killed"
+    stale.mkdir()
+    (stale / "rounds.csv").write_text("half")
+    summary = run_scenario(parse_scenario(SMALL.format(seed=1)), out, progress=False, plots=False)
+    assert sorted(p.name for p in out.iterdir()) == sorted(summary["files"])

@@ -152,3 +152,25 @@ def test_a_killed_worker_is_a_crash_of_its_nodes(mosquitto, tmp_path):
     last = [line for line in rounds if ",cloud,iter," in line][-1]
     header = rounds[0].split(",")
     assert dict(zip(header, last.split(","), strict=True))["participants"] == "2"
+
+
+def test_a_killed_root_worker_ends_the_run_stalled_with_a_record(mosquitto, tmp_path):
+    sc = parse_scenario(SCENARIO.replace("rounds: 5", "rounds: 5000"))
+    run_id = f"killed-root-worker-{os.getpid()}"
+    killer = _kill_worker_after_models(mosquitto, run_id, "fedstrata-nodes-0", 2)
+    summary = run_scenario_mqtt(
+        sc,
+        tmp_path / "run",
+        broker=mosquitto.url,
+        timeout_s=90,
+        processes=2,
+        run_id=run_id,
+        plots=False,
+    )
+    killer.join(timeout=5)
+    assert summary["status"] == "stalled"
+    assert "worker process 0 died (SIGKILL)" in summary["reason"]
+    # worker 0 hosted [cloud, client-1]; worker 1 [client-0, client-2] went on, then stopped
+    assert sorted(c["node"] for c in summary["crashed"]) == ["client-1", "cloud"]
+    assert summary["wall_time_s"] < 60
+    assert (tmp_path / "run" / "summary.json").exists()

@@ -811,6 +811,11 @@ def _print_outcome(name: str, summary: dict[str, Any], out_dir: Path, traffic: s
     privacy = summary.get("privacy")
     if privacy is not None:
         out.print(_privacy_line(privacy), highlight=False, markup=False)
+    crashed = summary.get("crashed") or []
+    if crashed:  # nodes that crashed (faults, their own exceptions, dead worker processes)
+        shown = "; ".join(f"{c['node']} at {c['t']:.3g} s: {c['reason']}" for c in crashed[:3])
+        more = f"; {len(crashed) - 3} more in summary.json" if len(crashed) > 3 else ""
+        out.print(f"crashed: {shown}{more}", highlight=False, markup=False)
     out.print(f"record: {out_dir}", highlight=False, markup=False)
     if summary["status"] == "interrupted":
         raise typer.Exit(130)

@@ -106,3 +106,19 @@ def test_a_crash_fault_is_listed_with_its_reason():
     assert summary["crashed"] == [
         {"node": "fog-1", "t": 0.05, "reason": "crash fault", "restarts": False}
     ]
+
+
+def test_the_run_command_prints_the_crashed_nodes(tmp_path):
+    import shutil
+    import subprocess
+
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO + "faults: {crashes: [{node: fog-1, at: 0.05}]}\n")
+    res = subprocess.run(
+        [shutil.which("fedstrata"), "run", str(path), "--out", str(tmp_path / "o"), "--no-plots"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "crashed: fog-1 at 0.05 s: crash fault" in res.stdout

@@ -332,8 +332,9 @@ class NodeRunner:
     idle_timeout_s
         Stop the node (:attr:`idled_out` says why) when no message arrived on a
         topic starting with one of ``idle_topics`` (every topic when empty) for this
-        long since it last heard one: the clients of an aggregator that is gone end
-        instead of waiting forever. The clock starts with the first such message
+        long since it last heard one, not counting the time the node itself spent
+        in ``handle``: the clients of an aggregator that is gone end instead of
+        waiting forever. The clock starts with the first such message
         (devices start in any order: a parent not yet up is not gone). ``None``:
         never.
     republish
@@ -709,11 +710,14 @@ class NodeRunner:
     def _feed(self, event: Event) -> None:
         if self.crashed is not None:
             return
+        started = self.log.now()
         try:
             effects = self.node.handle(event)
         except Exception as exc:  # a node's bug or an unchecked body: a crash of that node
             self._crash(exc)
             return
+        # the node's own computing (a long local training) is not its parent's silence
+        self._heard_at += self.log.now() - started
         self._todo.extend(effects)
 
     def _crash(self, exc: BaseException) -> None:

@@ -132,3 +132,46 @@ def test_the_idle_limit_ends_a_node_whose_parent_went_silent(mosquitto):
     assert runner.idled_out is not None and "r/down" in runner.idled_out
     assert not runner.finished and runner.crashed is None
     assert [r["kind"] for r in runner.log.records] == ["idle_timeout"]
+
+
+class SlowListener(Listener):
+    """A listener whose handling of each parent message takes ``busy_s`` (a long training)."""
+
+    node_id = "slow"
+
+    def __init__(self, busy_s: float) -> None:
+        self.busy_s = busy_s
+
+    def handle(self, event: Event) -> list[Any]:
+        """Subscribe on Started; spend ``busy_s`` on every delivery."""
+        if isinstance(event, Delivered):
+            import time
+
+            time.sleep(self.busy_s)
+        return super().handle(event)
+
+
+def test_the_idle_limit_does_not_count_the_nodes_own_computing(mosquitto):
+    runner = NodeRunner(
+        SlowListener(1.2),
+        mosquitto.host,
+        mosquitto.port,
+        client_id="slow",
+        idle_timeout_s=1.0,
+        idle_topics=("r/down",),
+    )
+
+    async def go() -> None:
+        task = asyncio.create_task(runner.run())
+        await _until(lambda: "r/down" in runner._subs)
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="slow-parent") as c:
+            await c.publish("r/down", b"model", qos=1)  # handled for 1.2 s: longer than the limit
+            await asyncio.sleep(1.6)  # 0.4 s after the handling ended
+            assert not task.done()
+            await c.publish("r/down", b"model", qos=1)
+        async with asyncio.timeout(10):
+            await task
+
+    asyncio.run(go())
+    assert runner.idled_out is not None
+    assert runner.traffic.delivered == 2  # the second model arrived before the limit

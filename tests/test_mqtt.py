@@ -191,6 +191,7 @@ def test_topic_tree_matches_brute_force(
     st.lists(st.tuples(filters(), st.integers(0, 3)), min_size=1, max_size=20, unique=True),
     st.data(),
 )
+@pytest.mark.slow
 def test_topic_tree_removal(subs: list[tuple[str, int]], data: st.DataObject) -> None:
     tree: TopicTree[int] = TopicTree()
     for pattern, key in subs:

@@ -358,6 +358,7 @@ def test_fuzz_random_bytes(payload: bytes) -> None:
     _decode_or_wire_error(CASES[0].values[1][:20] + payload)
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=200)
 @given(envelopes, st.data())
 def test_fuzz_truncations_and_bit_flips(message: Envelope, data: st.DataObject) -> None:

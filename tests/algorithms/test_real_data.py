@@ -232,6 +232,7 @@ def mfeat():
     return ds.views, ds.labels
 
 
+@pytest.mark.slow
 def test_defaults_on_multiple_features_and_federated_equals_centralized(mfeat):
     views, y = mfeat
     est = HKMVFC(10, random_state=0).fit(views)

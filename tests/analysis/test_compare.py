@@ -150,6 +150,7 @@ protocol: {rule: sum, rounds: 5, deadline_s: 10}
 """
 
 
+@pytest.mark.slow
 @pytest.mark.broker
 def test_installed_compare_sim_against_mqtt(tmp_path):
     from typer.testing import CliRunner

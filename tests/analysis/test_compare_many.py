@@ -347,6 +347,7 @@ protocol: {{rule: sum, rounds: 5, deadline_s: 10}}
 """
 
 
+@pytest.mark.slow
 def test_installed_compare_of_real_runs(tmp_path):
     """Two small simulated runs; 3 clusters on 4 classes never reach ARI 0.99."""
     assert EXE is not None, "the fedstrata command is not installed (pip install -e .)"

@@ -62,6 +62,7 @@ def _offset_free(fig: Any) -> None:
             assert axis.get_offset_text().get_text() == "", ax.get_title()
 
 
+@pytest.mark.slow
 def test_rounds_plot_is_readable(record, tmp_path):
     folder, summary = record
     final = (summary["virtual_time_s"], summary["bytes_total"])
@@ -125,6 +126,7 @@ def test_run_plots_the_summary_total(tmp_path, monkeypatch):
     assert summary["scenario"] in seen["title"]
 
 
+@pytest.mark.slow
 def test_comparison_plot_is_readable(record, tmp_path):
     folder, _ = record
     other = tmp_path / "other"

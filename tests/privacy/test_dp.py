@@ -35,6 +35,7 @@ array_lists = st.lists(
 )
 
 
+@pytest.mark.slow
 @FAST
 @given(arrays=array_lists, clip=st.sampled_from([1e-6, 0.5, 1.0, 3.7, 1e4, 1e140]))
 def test_clip_bound_holds_and_keeps_direction(arrays: list[np.ndarray], clip: float) -> None:
@@ -300,6 +301,7 @@ def test_sigma_for_inverts_the_accountant(epsilon: float, delta: float, rounds: 
     assert tighter.epsilon() > epsilon
 
 
+@pytest.mark.slow
 def test_sigma_for_with_client_sampling() -> None:
     z = dp.sigma_for(2.0, 1e-5, 20, sampling_rate=0.2, rtol=1e-3)
     acc = dp.Accountant(1e-5)

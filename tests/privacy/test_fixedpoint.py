@@ -49,6 +49,7 @@ def sums(draw: st.DrawFn) -> tuple[np.ndarray, int, float, int]:
     return x, scale_bits, clip, modulus_bits
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=150)
 @given(case=sums(), data=st.data())
 def test_masked_sum_decodes_to_the_exact_rounded_sum(case, data) -> None:

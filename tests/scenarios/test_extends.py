@@ -184,6 +184,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["extends-error-in-base.yaml", "extends-cycle.yaml"])
 def test_run_reports_like_validate(name, tmp_path):
     """``run`` shares the loader: the same lines, base file names included."""

@@ -312,6 +312,7 @@ def _check_only_scenario_errors(path):
         assert "\n" not in text and len(text) < 600, text
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(st.tuples(st.sampled_from(FIELDS), VALUES), min_size=1, max_size=3))
 def test_random_values_in_random_fields_give_only_scenario_errors(changes):

@@ -263,6 +263,7 @@ def test_run_writes_records(tmp_path):
     assert adjusted_rand_score([0, 1], [0, 1]) == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("rule", "iters"), [("sum", 1), ("weighted", 5)])
 def test_hybrid_views_federation(rule, iters):
     text = f"""
@@ -307,6 +308,7 @@ faults:
     assert summary["metrics"]["ari"] > 0.99
 
 
+@pytest.mark.slow
 def test_real_data_preset_run_equals_the_centralized_estimator_on_multiple_features():
     """preset: real-data through the nodes (pooled variances in the setup round, m auto
     from the pooled count) is the HKMVFC estimator's default fit from the same start."""

@@ -210,6 +210,7 @@ def test_queries_must_not_go_back_in_time() -> None:
         MarkovAvailability(0.3, 0.3, 0.0, np.random.default_rng(0))
 
 
+@pytest.mark.slow
 def test_a_million_queries_at_step_1e9_are_fast_and_bounded() -> None:
     av = chain(0.5, 0.5, 1e-9, seed=7)
     is_online = av.is_online

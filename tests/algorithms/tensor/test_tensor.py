@@ -72,6 +72,7 @@ def data():
     return make_data()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", ESTIMATORS)
 def test_each_method_clusters_separated_data(data, make):
     views, y = data
@@ -142,6 +143,7 @@ def test_efkmvc_stats_one_epoch_equals_the_union(data):
     np.testing.assert_allclose(fed["A"], union["A"], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", MODELS[2:])
 def test_factor_methods_federated_close_to_centralized(data, kw):
     """Factor methods are not additive in their factors: every client fits its own local

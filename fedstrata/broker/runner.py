@@ -449,8 +449,8 @@ class NodeRunner:
 
         Never raises for transport problems: after ``max_attempts`` failed
         connections in a row the node records ``transport_failed`` and stops with
-        :attr:`failure` set. A :class:`~fedstrata.errors.NodeProtocolError` of the
-        node propagates.
+        :attr:`failure` set. An exception of the node's ``handle``, or an effect it
+        got wrong, crashes the node (:attr:`crashed`) and ends :meth:`run`.
         """
         self._inbox = asyncio.Queue()
         failures = 0
@@ -573,7 +573,7 @@ class NodeRunner:
                         loop = asyncio.get_running_loop()
                         for delay in (*REPUBLISH_AFTER_S, 2 * self.backoff_max_s + 1.0):
                             loop.call_later(delay, self._inbox_put, ("republish",))
-                await self._drain(client)
+                await self._carry_out(client)
                 while not self.finished and not self._aborted:
                     _raise_if_cancelled()
                     item = await self._inbox.get()
@@ -586,12 +586,24 @@ class NodeRunner:
                             await self._republish(client)
                         continue
                     self._dispatch(item)
-                    await self._drain(client)
+                    await self._carry_out(client)
             finally:
                 self._client_now = None
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
                     await reader
+
+    async def _carry_out(self, client: aiomqtt.Client) -> None:
+        """Carry out the pending effects (:meth:`_drain`); a wrong one crashes the node.
+
+        An effect the node got wrong (``Finished`` before other effects, an unknown
+        effect, a topic or payload MQTT refuses) crashes the node, as an exception of
+        its ``handle`` does: the run goes on without it.
+        """
+        try:
+            await self._drain(client)
+        except (NodeProtocolError, ValueError, TypeError) as exc:
+            self._crash(exc)
 
     async def _republish(self, client: aiomqtt.Client) -> None:
         """Publish the node's last message of every topic again (see ``republish``)."""

@@ -15,7 +15,7 @@ import pytest
 
 from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.broker.runner import NodeRunner
-from fedstrata.nodes.events import Delivered, Event, Publish, Started, Subscribe
+from fedstrata.nodes.events import Delivered, Event, Finished, Publish, Started, Subscribe
 
 pytestmark = pytest.mark.broker
 
@@ -175,3 +175,46 @@ def test_the_idle_limit_does_not_count_the_nodes_own_computing(mosquitto):
     asyncio.run(go())
     assert runner.idled_out is not None
     assert runner.traffic.delivered == 2  # the second model arrived before the limit
+
+
+class WrongEffects:
+    """Answers its first delivery with ``Finished`` before a ``Publish``: a node bug."""
+
+    node_id = "wrong"
+
+    def handle(self, event: Event) -> list[Any]:
+        """Subscribe on Started; break the effect rules on the first delivery."""
+        if isinstance(event, Started):
+            return [Subscribe(pattern="r/wrong", qos=1)]
+        return [Finished(result=None), Publish(topic="r/out", payload=b"x", qos=1)]
+
+
+def test_an_effect_the_node_got_wrong_crashes_it_and_fires_its_will(mosquitto):
+    runner = NodeRunner(
+        WrongEffects(),
+        mosquitto.host,
+        mosquitto.port,
+        client_id="wrong",
+        presence="r/presence/wrong",
+    )
+
+    async def go() -> list[bytes]:
+        seen: list[bytes] = []
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="w-watch") as w:
+            await w.subscribe("r/presence/wrong", qos=1)
+            task = asyncio.create_task(runner.run())
+            await _until(lambda: "r/wrong" in runner._subs)
+            await w.publish("r/wrong", b"go", qos=1)
+            async with asyncio.timeout(10):
+                await task
+                async for msg in w.messages:
+                    seen.append(bytes(msg.payload))
+                    if msg.payload == b"":  # the will: gone without a DISCONNECT
+                        break
+        return seen
+
+    seen = asyncio.run(go())
+    assert runner.crashed is not None and runner.crashed.startswith("NodeProtocolError: ")
+    assert "Finished must be the last effect" in runner.crashed
+    assert seen[-1] == b"" and not runner.finished
+    assert [r["kind"] for r in runner.log.records] == ["node_crashed"]

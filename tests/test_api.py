@@ -202,6 +202,9 @@ def test_load_of_a_cli_record(tmp_path):
 
 
 def test_sweep_returns_its_tables(tmp_path):
+    import matplotlib
+
+    matplotlib.use("svg")  # a notebook's backend: writing sweep.png must not switch it
     result = fedstrata.sweep(
         TINY,
         {"faults.dropout": [0, 0.25], "protocol.kind": ["sync", "async"]},
@@ -210,6 +213,8 @@ def test_sweep_returns_its_tables(tmp_path):
         protocol={"rounds": 3},
     )
     assert isinstance(result, SweepResult) and result.errors == []
+    assert matplotlib.get_backend() == "svg"
+    assert (tmp_path / "sw" / "sweep.png").stat().st_size > 0
     assert len(result.results) == 8 and len(result.summary) == 4
     assert list(result.summary["protocol.kind"]) == ["sync", "async", "sync", "async"]
     assert (result.summary["n"] == 2).all()

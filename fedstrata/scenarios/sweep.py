@@ -796,10 +796,9 @@ def plot_sweep(summary: Sequence[dict[str, Any]], keys: Sequence[str], path: str
     x is the first numeric grid key (else the first key, as categories); one line per
     combination of the other keys' values.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # a Figure of its own, not pyplot: no global backend switch (a notebook calling
+    # fedstrata.sweep keeps drawing inline) and no figure left open
+    from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
     xkey = next((k for k in keys if _numeric([r[k] for r in summary])), None)
@@ -816,7 +815,8 @@ def plot_sweep(summary: Sequence[dict[str, Any]], keys: Sequence[str], path: str
     for r in summary:
         lines.setdefault(tuple(r[k] for k in others), []).append(r)
     panels = (("ari", "mean ARI"), ("rounds", "rounds"), ("bytes_total", "bytes"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.6))
+    fig = Figure(figsize=(4.4 * len(panels), 3.6))
+    axes = fig.subplots(1, len(panels))
     for ax, (metric, label) in zip(axes, panels, strict=True):
         for combo, rows in lines.items():
             pts = [r for r in rows if r[f"{metric}_mean"] is not None]
@@ -849,4 +849,3 @@ def plot_sweep(summary: Sequence[dict[str, Any]], keys: Sequence[str], path: str
             ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -234,7 +234,9 @@ MODEL: Final[Schema] = {
 """A model (``kind: model``): the node-core fields of :doc:`architecture` § Messages."""
 
 UPDATE: Final[Schema] = {
-    "mode": Field("str", required=True, max_len=64),
+    # a plug-in's field (docs/architecture.md § Messages): typed when present, not required,
+    # so a plug-in whose partials have no modes (the documented k-means example) still works
+    "mode": Field("str", max_len=64),
     "sub": _SUB,
     "compression": Field("str", max_len=16),
     "n": Field("int", low=0),

@@ -108,3 +108,15 @@ def test_shipped_studies_at_smoke_size(path, tmp_path):
     result = run_study(dataclasses.replace(st, variants=smoke, seeds=st.seeds[:1]), tmp_path)
     assert [r["variant"] for r in result["rows"]] == list(st.variants)
     assert all(r["status"] in ("converged", "round_limit") for r in result["runs"])
+
+
+def test_the_fault_study_shows_quality_moving_with_the_faults(tmp_path):
+    """faults-mfeat.yaml, seed 0: the faulty variants end at a lower ARI than the clean one."""
+    st = load_study(Path(__file__).parents[2] / "scenarios" / "studies" / "faults-mfeat.yaml")
+    keep = {name: st.variants[name] for name in ("clean", "loss-30", "both-sync")}
+    result = run_study(dataclasses.replace(st, variants=keep, seeds=(0,)), tmp_path)
+    ari = {r["variant"]: r["ari"] for r in result["rows"]}
+    # faults-mfeat.yaml says: ARI 0.785 without its faults
+    assert ari["clean"] == pytest.approx(0.785, abs=5e-4)
+    assert ari["loss-30"] < ari["clean"] - 0.05
+    assert ari["both-sync"] < ari["clean"] - 0.05

@@ -60,6 +60,64 @@ _TAKES = {
 }
 
 
+def _track_option() -> Any:
+    """The ``--track`` option of run, sweep and study (a fresh one for each command)."""
+    return typer.Option(
+        [],
+        "--track",
+        metavar="KIND:TARGET",
+        help="Also log each run (scenario, rounds, summary, record) to tensorboard:DIR or "
+        "mlflow:URI (a folder is a local store); repeatable; needs the [tracking] extra.",
+    )
+
+
+class _Tracking:
+    """The ``--track`` trackers of one command; a tracker that fails is reported at the end.
+
+    Trackers read finished records (fedstrata.tracking), so a failing one never costs
+    the run: the record is complete on disk whatever the tracker says.
+    """
+
+    def __init__(self, specs: list[str]) -> None:
+        self.trackers: list[Any] = []
+        self.failed: dict[str, str] = {}
+        if specs:  # made before any run, so that a missing extra costs nothing
+            from fedstrata.tracking import TrackingError, trackers_from_specs
+
+            try:
+                self.trackers = trackers_from_specs(specs)
+            except TrackingError as exc:
+                raise typer.BadParameter(str(exc), param_hint="'--track'") from None
+
+    def _each(self, action: Callable[[Any], None]) -> None:
+        for t in self.trackers:
+            if t.spec in self.failed:
+                continue
+            try:
+                action(t)
+            except Exception as exc:  # a store that refuses, a full disk: said, not a crash
+                self.failed[t.spec] = f"{type(exc).__name__}: {exc}"
+
+    def log(self, folder: Path, collection: Path | None = None) -> None:
+        """Log one finished record (of a sweep or study when ``collection`` is given)."""
+        self._each(lambda t: t.log_record(folder, collection=collection))
+
+    def finish(self, collection: Path | None = None) -> None:
+        """Log the collection's own tables, close every tracker, exit 1 if one failed."""
+        if collection is not None:
+            self._each(lambda t: t.log_collection(collection))
+        self._each(lambda t: t.close())
+        for spec, why in self.failed.items():
+            err.print(
+                f"error: --track {spec}: {why[:300]} (the record itself is complete)",
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
+            )
+        if self.failed:
+            raise typer.Exit(1)
+
+
 def _fail(message: str, code: int = 1) -> typer.Exit:
     from rich.markup import escape  # a path or value with [brackets] is printed as is
 
@@ -272,6 +330,7 @@ def run(
         help="With --transport mqtt: sign with the key files `fedstrata keys` wrote in DIR "
         "instead of fresh per-run keys.",
     ),
+    track: list[str] = _track_option(),
 ) -> None:
     """Run a scenario (simulated, or over real MQTT); write its record (summary.json, ...)."""
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
@@ -296,6 +355,7 @@ def run(
             raise typer.BadParameter(f"{name} needs --transport mqtt", param_hint=f"'{name}'")
     if insecure and keys_dir is not None:
         raise typer.BadParameter("--keys signs the run: drop --insecure", param_hint="'--keys'")
+    tracking = _Tracking(track)
     endpoint = _endpoint_option(
         transport, broker, broker_ca, broker_cert, broker_key, broker_user, run_id
     )
@@ -330,6 +390,8 @@ def run(
             insecure,
             keys_dir,
         )
+        tracking.log(out_dir)
+        tracking.finish()
         return
     summary = run_scenario(
         sc,
@@ -350,6 +412,8 @@ def run(
         f"({summary['messages_dropped']:,} dropped), virtual {summary['virtual_time_s']:.6g} s, "
         f"wall {summary['wall_time_s']:.2f} s",
     )
+    tracking.log(out_dir)
+    tracking.finish()
 
 
 def _endpoint_option(
@@ -470,12 +534,14 @@ def study(
     target_ari: float | None = typer.Option(
         None, "--target-ari", min=-1.0, max=1.0, help="Override the study's target_ari."
     ),
+    track: list[str] = _track_option(),
 ) -> None:
     """Run a study's variants and seeds (simulated) and compare them in one table."""
     from fedstrata.analysis.records import OutputError
     from fedstrata.scenarios.loader import ScenarioErrors
     from fedstrata.scenarios.study import STUDY_COLUMNS, load_study, run_study
 
+    tracking = _Tracking(track)
     try:
         st = load_study(file)
     except ScenarioErrors as exc:
@@ -517,6 +583,9 @@ def study(
         table.add_row(col, *(cell(row[col]) for row in result["rows"]))
     out.print(table)
     out.print(f"record: {out_dir}", highlight=False, markup=False)
+    for r in result["runs"]:
+        tracking.log(Path(r["path"]), out_dir)
+    tracking.finish(out_dir)
 
 
 @app.command()
@@ -1000,12 +1069,14 @@ def sweep(
         help="Run the cells as Ray tasks on this cluster (auto, HOST:PORT, ray://HOST:PORT); "
         "needs the [ray] extra, and fedstrata on the cluster.",
     ),
+    track: list[str] = _track_option(),
 ) -> None:
     """Run a grid of scenario overrides x repeats (resumable) and tabulate mean and 95 % CI."""
     from fedstrata.analysis.records import OutputError
     from fedstrata.scenarios.loader import ScenarioErrors
     from fedstrata.scenarios.sweep import GridError, load_sweep, parse_grid, run_sweep
 
+    tracking = _Tracking(track)
     if ray_address is not None and jobs != 1:
         raise typer.BadParameter(
             "--jobs does not apply with --ray (the cluster's CPUs set the parallelism)",
@@ -1048,6 +1119,8 @@ def sweep(
 
     def on_done(row: dict[str, Any]) -> None:
         bar.update(task, advance=1, info=f"{row['cell']} rep {row['repeat']}: {row['status']}")
+        if row["status"] not in ("error", "not_run"):  # streamed as each run finishes
+            tracking.log(out_dir / "runs" / row["cell"] / f"rep-{row['repeat']}", out_dir)
 
     try:
         with bar:
@@ -1089,6 +1162,10 @@ def sweep(
     )
     for line in result.errors[:5]:
         err.print(f"error: run failed: {line}", highlight=False, markup=False)
+    if not result.interrupted:
+        tracking.finish(out_dir)
+    else:
+        tracking.finish()  # the sweep's tables are logged when a later command completes it
     if result.interrupted:
         err.print("interrupted: run the same command again to resume", highlight=False)
         raise typer.Exit(130)

@@ -34,6 +34,7 @@ SLOW_MODULES = (
     "analysis/test_report.py",
     "test_cli.py",
     "test_cli_init_schema.py",
+    "docs/",
 )
 """Paths under ``tests/`` whose every test is slow (a folder ends with ``/``)."""
 

@@ -694,9 +694,7 @@ def _print_comparison(cmp: dict[str, Any]) -> None:
     lab = cmp["labels"]
     cells = [Text(f"{lab['runs'][0]['rows']:,} rows")]
     for r in lab["runs"][1:]:
-        cells.append(
-            Text("identical" if r["identical"] else f"{r['differing_rows']:,} rows differ")
-        )
+        cells.append(Text(_label_cell(r)))
     same = all(r["identical"] for r in lab["runs"])
     table.add_row(f"labels.csv (vs {lab['reference']})", *cells, "" if same else "differs")
     if out.is_terminal:
@@ -705,6 +703,18 @@ def _print_comparison(cmp: dict[str, Any]) -> None:
     wide = Console(soft_wrap=True, width=10_000)
     width = Measurement.get(wide, wide.options, table).maximum
     Console(soft_wrap=True, width=max(80, width)).print(table)
+
+
+def _label_cell(r: dict[str, Any]) -> str:
+    """One run's labels against the first's: up to renaming cluster ids, and as written."""
+    raw, matched = r["raw_differing_rows"], r["differing_rows"]
+    if raw == 0:
+        return "identical"
+    if matched is None:
+        return f"{raw:,} rows differ (as written; too many clusters to match)"
+    if matched == 0:
+        return f"same clusters, ids renamed ({raw:,} rows differ as written)"
+    return f"{matched:,} rows differ ({raw:,} as written)"
 
 
 @app.command()

@@ -269,30 +269,52 @@ def _fields(summaries: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]
 
 def _label_diff(
     la: Mapping[tuple[str, int], str], lb: Mapping[tuple[str, int], str]
-) -> tuple[int, bool]:
+) -> dict[str, Any]:
+    """Rows that differ as written, and up to the best renaming of cluster ids.
+
+    Two runs can find the same clustering under other ids (ARI 1.0, every row
+    "different"): ``differing_rows`` counts the rows whose labels differ once the
+    clusters of ``lb`` are matched one-to-one to those of ``la`` (Hungarian method,
+    :func:`~fedstrata.analysis.metrics.matched_disagreement`); ``raw_differing_rows``
+    the rows whose labels differ as written. A row present in one record only counts
+    in both. ``differing_rows`` is ``None`` when the matching is too large to compute
+    (over 2**24 pairs of clusters).
+    """
+    from fedstrata.analysis.metrics import matched_disagreement
+
     keys = set(la) | set(lb)
-    differing = sum(1 for k in keys if la.get(k) != lb.get(k))
-    return differing, differing == 0
+    raw = sum(1 for k in keys if la.get(k) != lb.get(k))
+    common = sorted(set(la) & set(lb))
+    only_one = len(keys) - len(common)
+    matched: int | None = only_one
+    if common and raw > only_one:  # some common row differs as written: try renaming
+        try:
+            matched = only_one + matched_disagreement(
+                [la[k] for k in common], [lb[k] for k in common]
+            )
+        except ValidationError:
+            matched = None
+    return {
+        "identical": raw == 0,
+        "differing_rows": matched,
+        "raw_differing_rows": raw,
+    }
 
 
 def _compare_labels(
     la: Mapping[tuple[str, int], str], lb: Mapping[tuple[str, int], str]
 ) -> dict[str, Any]:
-    differing, identical = _label_diff(la, lb)
-    return {
-        "identical": identical,
-        "differing_rows": differing,
-        "rows_a": len(la),
-        "rows_b": len(lb),
-    }
+    return {**_label_diff(la, lb), "rows_a": len(la), "rows_b": len(lb)}
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path) -> dict[str, Any]:
     """Compare two run folders (``summary.json`` and ``labels.csv`` only).
 
     Returns ``{"a": path, "b": path, "rows": [{"field", "a", "b", "same"}, ...],
-    "labels": {"identical", "differing_rows", "rows_a", "rows_b"}}``; a row of
-    labels that one record lacks counts as differing. Raises as
+    "labels": {"identical", "differing_rows", "raw_differing_rows", "rows_a",
+    "rows_b"}}``: ``differing_rows`` up to the best renaming of cluster ids,
+    ``raw_differing_rows`` as written; a row of labels that one record lacks counts
+    as differing in both. Raises as
     :func:`load_record`. ``fedstrata compare`` uses :func:`compare_many`.
     """
     ra, rb = load_record(path_a), load_record(path_b)
@@ -436,7 +458,8 @@ def compare_many(
                    "target": {"reached", "round", "time_s", "bytes", "reason"},
                    "energy_proxy": {"total", "per_tier", "reason"}}, ...],
          "rows": [{"field", "values": [one per run], "same"}, ...],
-         "labels": {"reference", "runs": [{"rows", "differing_rows", "identical"}]}}
+         "labels": {"reference", "runs": [{"rows", "identical", "differing_rows",
+                                           "raw_differing_rows"}]}}
 
     ``target.time_s`` is on the run's ``clock``: ``virtual`` (simulated seconds)
     or ``wall`` (wall-clock seconds since the start, for ``--transport mqtt``).
@@ -445,7 +468,8 @@ def compare_many(
     says why. ``energy_proxy.total`` is the sum over tiers of
     ``per_tier[T].bytes_total × cost(T)`` in relative cost units (``link_cost``,
     ``default_link_cost`` for a tier not named). Labels are compared with the
-    first run's.
+    first run's, up to the best renaming of cluster ids (``differing_rows``) and as
+    written (``raw_differing_rows``).
 
     Raises
     ------
@@ -493,10 +517,7 @@ def compare_many(
     ref = records[0]["labels"]
     labels = []
     for rec in records:
-        differing, identical = _label_diff(ref, rec["labels"])
-        labels.append(
-            {"rows": len(rec["labels"]), "differing_rows": differing, "identical": identical}
-        )
+        labels.append({"rows": len(rec["labels"]), **_label_diff(ref, rec["labels"])})
     result = {
         "target_ari": target_ari,
         "link_cost": {

@@ -33,6 +33,7 @@ __all__ = [
     "clustering_accuracy",
     "contingency_matrix",
     "evaluate",
+    "matched_disagreement",
     "nmi",
     "purity",
     "rand_index",
@@ -153,6 +154,11 @@ def contingency_matrix(y_true: ArrayLike, y_pred: ArrayLike) -> NDArray[np.int64
 
 
 def _accuracy(t: _Table) -> float:
+    return _matched(t) / t.n
+
+
+def _matched(t: _Table) -> int:
+    """Samples on the diagonal of the best one-to-one matching of classes and clusters."""
     size = t.a.shape[0] * t.b.shape[0]
     if size > _MAX_MATCHING_CELLS:
         raise ValidationError(
@@ -161,7 +167,7 @@ def _accuracy(t: _Table) -> float:
         )
     N = _dense(t)
     rows, cols = linear_sum_assignment(N, maximize=True)
-    return float(N[rows, cols].sum() / t.n)
+    return int(N[rows, cols].sum())
 
 
 def _entropy(counts: NDArray[np.int64], n: int) -> float:
@@ -266,6 +272,25 @@ def clustering_accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
 
     """
     return _accuracy(_table(y_true, y_pred))
+
+
+def matched_disagreement(labels_a: ArrayLike, labels_b: ArrayLike) -> int:
+    """How many samples two labellings put in different clusters, up to renaming.
+
+    The clusters of ``labels_b`` are matched one-to-one to those of ``labels_a`` by
+    the Hungarian method on their contingency table (as :func:`clustering_accuracy`);
+    the result is the number of samples whose matched labels differ. Two runs whose
+    cluster ids are a permutation of each other give 0; a surplus cluster on either
+    side stays unmatched and its samples count.
+
+    Raises
+    ------
+    ValidationError
+        As :func:`clustering_accuracy`.
+
+    """
+    t = _table(labels_a, labels_b)
+    return t.n - _matched(t)
 
 
 def nmi(y_true: ArrayLike, y_pred: ArrayLike) -> float:

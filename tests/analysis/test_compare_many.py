@@ -157,8 +157,8 @@ def test_time_and_bytes_to_target_and_energy(two):
     assert cmp["labels"] == {
         "reference": "fast",
         "runs": [
-            {"rows": 3, "differing_rows": 0, "identical": True},
-            {"rows": 3, "differing_rows": 1, "identical": False},
+            {"rows": 3, "identical": True, "differing_rows": 0, "raw_differing_rows": 0},
+            {"rows": 3, "identical": False, "differing_rows": 1, "raw_differing_rows": 1},
         ],
     }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import itertools
 import json
 import re
 import shutil
@@ -120,3 +122,30 @@ def test_schema_out_file_validates_scenarios(tmp_path):
         assert not errors, (f, errors[:3])
     wrong = {"protocol": {"deadline_s": "40 parsecs"}, "colour": 1}
     assert len(list(validator.iter_errors(wrong))) == 2
+
+
+def test_init_tol_comment_is_the_rule_the_run_applies(tmp_path):
+    """The starter says tol bounds |J - J_prev| of the summed objective: a run stops there.
+
+    With the plateau off and tol widened, the run must end at the first root round
+    whose objective moved by less than tol from the previous one (from rounds.csv).
+    """
+    path = tmp_path / "s.yaml"
+    assert fedstrata("init", path).returncode == 0
+    text = path.read_text()
+    assert "tol: 1.0e-6                # stop once |J - J_prev| < tol" in text
+    assert "tol_mode: absolute" in text
+    tol = 0.05
+    text = text.replace("tol: 1.0e-6 ", f"tol: {tol}").replace("plateau: 5 ", "plateau: null")
+    text = text.replace("dropout: 5%", "dropout: 0")
+    path.write_text(text)
+    run = fedstrata("run", path, "--out", tmp_path / "out", "--quiet", "--no-plots", timeout=300)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "converged" and "|ΔJ|" in summary["reason"]
+    with (tmp_path / "out" / "rounds.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["tier"] == "cloud" and r["objective"]]
+    objectives = [float(r["objective"]) for r in rows]
+    moves = [abs(b - a) for a, b in itertools.pairwise(objectives)]
+    first = next(i for i, m in enumerate(moves) if m < tol)
+    assert first + 2 == len(objectives) == summary["rounds"], (moves, summary["rounds"])

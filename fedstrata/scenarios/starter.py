@@ -71,8 +71,10 @@ protocol:
   kind: sync
   rule: sum                  # aggregate summed statistics
   rounds: 20                 # at most
-  tol: 1.0e-6                # stop once the objective moves less than this,
-  plateau: 5                 # or once it has not improved by 0.1% in 5 rounds
+  tol: 1.0e-6                # stop once |J - J_prev| < tol, J the objective summed
+  tol_mode: absolute         # over the samples that answered (it jumps when they
+                             # change: per_sample tests |Δ(J/n)|, relative |ΔJ|/|J|),
+  plateau: 5                 # or once J/n has not improved on its best by 0.1% in 5 rounds
   deadline_s: 2s             # how long a node waits for its children each round
   quorum: 50%                # share of children needed for a round to count
 

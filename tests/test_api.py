@@ -184,6 +184,7 @@ def test_load_refuses_a_folder_without_a_record(tmp_path):
     assert issubclass(NotARecordError, ValidationError)
 
 
+@pytest.mark.slow
 def test_load_of_a_cli_record(tmp_path):
     res = subprocess.run(
         ["fedstrata", "run", str(tiny_yaml(tmp_path)), "--out", "rec", "--quiet"],
@@ -204,16 +205,20 @@ def test_load_of_a_cli_record(tmp_path):
 def test_sweep_returns_its_tables(tmp_path):
     import matplotlib
 
+    before = matplotlib.get_backend()
     matplotlib.use("svg")  # a notebook's backend: writing sweep.png must not switch it
-    result = fedstrata.sweep(
-        TINY,
-        {"faults.dropout": [0, 0.25], "protocol.kind": ["sync", "async"]},
-        repeats=2,
-        out=tmp_path / "sw",
-        protocol={"rounds": 3},
-    )
+    try:
+        result = fedstrata.sweep(
+            TINY,
+            {"faults.dropout": [0, 0.25], "protocol.kind": ["sync", "async"]},
+            repeats=2,
+            out=tmp_path / "sw",
+            protocol={"rounds": 3},
+        )
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
     assert isinstance(result, SweepResult) and result.errors == []
-    assert matplotlib.get_backend() == "svg"
     assert (tmp_path / "sw" / "sweep.png").stat().st_size > 0
     assert len(result.results) == 8 and len(result.summary) == 4
     assert list(result.summary["protocol.kind"]) == ["sync", "async", "sync", "async"]
@@ -271,6 +276,7 @@ def test_study_returns_its_tables(tmp_path):
 
 
 @pytest.mark.broker
+@pytest.mark.slow
 def test_run_over_mqtt_and_load_its_record(mosquitto, tmp_path):  # noqa: F811
     sim = fedstrata.run(TINY)
     real = fedstrata.run(TINY, transport="mqtt", broker=mosquitto.url, insecure=True, run_id="tiny")
@@ -285,6 +291,7 @@ def test_run_over_mqtt_and_load_its_record(mosquitto, tmp_path):  # noqa: F811
 
 
 @pytest.mark.broker
+@pytest.mark.slow
 def test_load_a_device_nodes_record(mosquitto, tmp_path):  # noqa: F811
     from tests.device.conftest import FLAT, start_node, write_deployment
 
@@ -320,6 +327,7 @@ def test_load_a_device_nodes_record(mosquitto, tmp_path):  # noqa: F811
 
 
 @pytest.mark.broker
+@pytest.mark.slow
 def test_an_mqtt_run_from_inside_a_running_event_loop(mosquitto):  # noqa: F811
     import asyncio
 

@@ -51,7 +51,10 @@ class Outsider:
     def handle(self, event: Event) -> list[Any]:
         """Publish everything on Started."""
         if isinstance(event, Started):
-            return [*(Publish(topic=self.topic, payload=p, qos=1) for p in self.payloads), Finished(result=None)]
+            return [
+                *(Publish(topic=self.topic, payload=p, qos=1) for p in self.payloads),
+                Finished(result=None),
+            ]
         return []
 
 

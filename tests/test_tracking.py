@@ -202,6 +202,44 @@ def test_run_in_mlflow_params_metrics_and_record(tracked_run: Path) -> None:
     assert json.loads(local.read_text()) == summary
 
 
+MOSQUITTO = next(
+    (p for p in (shutil.which("mosquitto"), "/usr/sbin/mosquitto") if p and Path(p).exists()),
+    None,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.broker
+def test_mqtt_run_is_tracked_from_its_record(tmp_path: Path) -> None:
+    """--transport mqtt (a private Mosquitto): the same params and rounds as its record."""
+    _require("mlflow")
+    if MOSQUITTO is None:
+        if os.environ.get("CI"):
+            pytest.fail("mosquitto is missing on CI")
+        pytest.skip("mosquitto is not installed")
+    (tmp_path / "flat.yaml").write_text(
+        "name: track-mqtt\n"
+        "data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 20}}\n"
+        "topology: {clients: {count: 3, link: {latency: 0.01}}}\n"
+        "algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}\n"
+        "protocol: {rule: sum, rounds: 4, deadline_s: 5, quorum: 1.0}\n"
+    )
+    res = fedstrata(
+        "run", "flat.yaml", "--transport", "mqtt", "--out", "rec", "--quiet", "--no-plots",
+        "--track", "mlflow:ml",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rec = tmp_path / "rec"
+    client = mlflow_client(tmp_path / "ml")
+    (run,) = runs_of(client, "track-mqtt")
+    assert run.data.tags["fedstrata.transport"] == "mqtt"
+    assert run.data.params == flat_scenario(rec)
+    for tag in ("ari", "bytes", "participants"):
+        history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, tag)]
+        assert history == [(s, pytest.approx(v)) for s, v in expected_scalars(rec)[tag]], tag
+
+
 # --- sweep and study --------------------------------------------------------------
 
 

@@ -102,7 +102,7 @@ class _Tracking:
         """Log one finished record (of a sweep or study when ``collection`` is given)."""
         self._each(lambda t: t.log_record(folder, collection=collection))
 
-    def finish(self, collection: Path | None = None) -> None:
+    def finish(self, collection: Path | None = None, *, exit_on_failure: bool = True) -> None:
         """Log the collection's own tables, close every tracker, exit 1 if one failed."""
         if collection is not None:
             self._each(lambda t: t.log_collection(collection))
@@ -114,7 +114,7 @@ class _Tracking:
                 soft_wrap=True,
                 markup=False,
             )
-        if self.failed:
+        if self.failed and exit_on_failure:
             raise typer.Exit(1)
 
 
@@ -1175,7 +1175,9 @@ def sweep(
     if not result.interrupted:
         tracking.finish(out_dir)
     else:
-        tracking.finish()  # the sweep's tables are logged when a later command completes it
+        # the sweep's tables are logged when a later command completes it; the exit
+        # code stays the interruption's
+        tracking.finish(exit_on_failure=False)
     if result.interrupted:
         err.print("interrupted: run the same command again to resume", highlight=False)
         raise typer.Exit(130)

@@ -356,3 +356,21 @@ def test_sub_round_and_text_cells(tmp_path: Path) -> None:
         (1, {"fog/sub1/ok": 0.0, "fog/sub1/bytes": 20.0}),
         (1, {"iteration": 1.0, "ok": 1.0, "bytes": 30.0, "ari": 0.5}),
     ]
+
+
+@pytest.mark.slow
+def test_a_tracker_failing_after_the_run_keeps_the_record(tmp_path: Path) -> None:
+    _require("tensorboardX")
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    (tmp_path / "tb").mkdir()
+    (tmp_path / "tb" / "rec").write_text("a file where the run's event folder goes")
+    res = fedstrata(
+        "run", "tiny.yaml", "--out", "rec", "--quiet", "--no-plots", "--track", "tensorboard:tb",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    (line,) = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: --track tensorboard:tb: ")
+    assert line.endswith("(the record itself is complete)")
+    summary = json.loads((tmp_path / "rec" / "summary.json").read_text())
+    assert summary["status"] in ("converged", "round_limit")

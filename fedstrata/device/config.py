@@ -442,9 +442,9 @@ def _scenario_root(sc_file: Path) -> yaml.Node | None:
 
 
 def _dataset_dims(sc: Scenario) -> tuple[int, ...]:
-    from fedstrata.scenarios.datasets import load_dataset
+    from fedstrata.scenarios.preflight import scenario_dataset
 
-    ds = load_dataset(sc.data.dataset, random_state=sc.seed, **dict(sc.data.params))
+    ds = scenario_dataset(sc)  # data.files or a built-in dataset
     return tuple(int(X.shape[1]) for X in ds.views)
 
 

@@ -11,7 +11,10 @@ provides
 * :func:`multiple_features`, the UCI multiple-features digits (six views),
   shipped with the package;
 * :func:`load_dataset` and the :data:`DATASETS` registry used by scenario
-  files.
+  files;
+* :func:`load_files`, :func:`read_data_file` and :func:`read_label_file`: a user's
+  own views and labels from ``.npz``, ``.csv`` or ``.parquet`` files (``data.files``
+  of a scenario).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import inspect
 import lzma
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal, TypeAlias
 
@@ -36,7 +40,10 @@ __all__ = [
     "dataset_size",
     "heat_kernel_synthetic",
     "load_dataset",
+    "load_files",
     "multiple_features",
+    "read_data_file",
+    "read_label_file",
 ]
 
 RandomStateLike: TypeAlias = int | np.integer | np.random.Generator | np.random.RandomState | None
@@ -694,3 +701,197 @@ def dataset_size(name: str, **kwargs: object) -> int | None:
     if name == "multiple-features":
         return 2000
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# A user's own data files (``data.files`` of a scenario)
+# --------------------------------------------------------------------------------------------
+
+#: File name endings :func:`read_data_file` reads (``.parquet`` needs pyarrow).
+FILE_FORMATS = (".npz", ".csv", ".parquet")
+
+#: Name of a dataset read from files, in run records.
+FILES_DATASET = "files"
+
+
+def _read_parquet(path: Path) -> np.ndarray:
+    """Every column of a Parquet file as one float64 array (columns must be numeric)."""
+    from fedstrata.device.data import DataFileError
+
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataFileError(
+            "reading .parquet files needs pyarrow: pip install pyarrow (or save the view as "
+            ".npz or .csv)"
+        ) from None
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise DataFileError(f"is not a readable Parquet file: {str(exc)[:120]}") from None
+    if table.num_columns == 0:
+        raise DataFileError("has no columns")
+    out = np.empty((table.num_rows, table.num_columns), dtype=np.float64)
+    for j, name in enumerate(table.column_names):
+        col = table.column(j)
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            raise DataFileError(
+                f"column {name[:40]!r} holds {col.type}, not numbers (integers or floats)"
+            )
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DataFileError(f"column {name[:40]!r}, row {row}: an empty (null) cell")
+        values = col.to_numpy().astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if bad.size:
+            raise DataFileError(
+                f"column {name[:40]!r}, row {int(bad[0])}: {float(values[bad[0]])!r} is not a "
+                "finite number"
+            )
+        out[:, j] = values
+    return out
+
+
+def _file_stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+@lru_cache(maxsize=32)
+def _cached_view(path: str, key: str | None, stamp: tuple[int, int]) -> np.ndarray:
+    """One read per file version: ``validate`` and the run read a view once between them."""
+    from fedstrata.device.data import read_view
+
+    p = Path(path)
+    X = _read_parquet(p) if p.suffix.lower() == ".parquet" else read_view(p, key)
+    X.setflags(write=False)  # shared by every caller of the cache
+    return X
+
+
+def read_data_file(path: str | Path, key: str | None = None) -> FloatArray:
+    """Read one view, ``(n_samples, n_features)``, from a ``.npz``, ``.csv`` or ``.parquet`` file.
+
+    ``.npz`` and ``.csv`` are read as ``fedstrata node`` reads a device's files
+    (:func:`fedstrata.device.data.read_view`: ``key`` names an archive's array, a CSV
+    header line is skipped, every cell a finite number). A ``.parquet`` file is one
+    view, every column a feature; columns must be integers or floats without nulls
+    (pyarrow must be installed). The array returned is read-only.
+
+    Raises
+    ------
+    fedstrata.device.data.DataFileError
+        If the file is missing, of another format, unreadable, or not such an array;
+        the message says where in the file (without the file's name).
+
+    """
+    from fedstrata.device.data import DataFileError
+
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in FILE_FORMATS:
+        raise DataFileError(
+            f"unknown format {suffix or '(no extension)'!r}: the file name must end in "
+            ".npz, .csv or .parquet"
+        )
+    if key is not None and suffix != ".npz":
+        raise DataFileError(f"a {suffix} file holds one table: remove key (it is for .npz)", "key")
+    try:
+        stamp = _file_stamp(p)
+    except OSError:
+        raise DataFileError("does not exist") from None
+    if not p.is_file():
+        raise DataFileError("is not a regular file")
+    X = _cached_view(str(p.absolute()), key, stamp)
+    if X.shape[0] == 0:
+        raise DataFileError("holds no samples")
+    if X.shape[1] == 0:
+        raise DataFileError("has no features (0 columns)")
+    return X
+
+
+def read_label_file(path: str | Path, key: str | None = None) -> NDArray[np.int64]:
+    """Read one integer label per sample from a one-column ``.csv``/``.parquet`` or a ``.npz``.
+
+    An ``.npz`` array may be 1-D or one column; a CSV or Parquet file holds one
+    column (a CSV header line is skipped). Labels must be whole numbers.
+
+    Raises
+    ------
+    fedstrata.device.data.DataFileError
+        As :func:`read_data_file`, or for several columns or non-integral labels.
+
+    """
+    from fedstrata.device.data import DataFileError
+
+    p = Path(path)
+    flat = None  # a 1-D array of an archive (read_data_file wants 2-D views)
+    if p.suffix.lower() == ".npz" and p.is_file():
+        try:
+            with np.load(p, allow_pickle=False) as archive:
+                names = list(archive.files)
+                pick = key if key is not None else (names[0] if len(names) == 1 else None)
+                if pick in names and archive[pick].ndim == 1:
+                    flat = archive[pick]
+        except Exception:  # read_data_file below says what is wrong with the archive
+            flat = None
+    Y = flat.reshape(-1, 1) if flat is not None else read_data_file(p, key)
+    if Y.shape[1] != 1:
+        raise DataFileError(f"has {Y.shape[1]} columns; a label file holds one label per sample")
+    y = np.asarray(Y[:, 0])
+    if y.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(y) | (y != np.round(y)))
+        if bad.size:
+            raise DataFileError(
+                f"label of sample {int(bad[0])} is {float(y[bad[0]])!r}, not a whole number"
+            )
+    if y.dtype.kind not in "iuf":
+        raise DataFileError(f"labels must be integers, got dtype {y.dtype}")
+    return y.astype(np.int64)
+
+
+def load_files(
+    views: Sequence[tuple[str | Path, str | None]],
+    labels: tuple[str | Path, str | None],
+    *,
+    name: str = FILES_DATASET,
+) -> MultiViewDataset:
+    """A dataset from a user's files: one ``(path, key)`` per view and one for the labels.
+
+    Row ``i`` of every file is sample ``i``. Relative paths are read from the current
+    folder (a scenario resolves them against its own folder first).
+
+    Raises
+    ------
+    fedstrata.device.data.DataFileError
+        As :func:`read_data_file` and :func:`read_label_file`; ``view`` on the
+        exception is the index of the file at fault (``None`` for the labels), and
+        views or labels whose numbers of rows differ from view 0's are refused.
+
+    """
+    from fedstrata.device.data import DataFileError
+
+    arrays = []
+    for h, (path, key) in enumerate(views):
+        try:
+            arrays.append(read_data_file(path, key))
+        except DataFileError as exc:
+            exc.view = h  # type: ignore[attr-defined]
+            raise
+        if arrays[h].shape[0] != arrays[0].shape[0]:
+            exc = DataFileError(
+                f"has {arrays[h].shape[0]} rows but view 0 has {arrays[0].shape[0]}; row i of "
+                "every view is sample i"
+            )
+            exc.view = h  # type: ignore[attr-defined]
+            raise exc
+    try:
+        y = read_label_file(*labels)
+        if y.shape[0] != arrays[0].shape[0]:
+            raise DataFileError(
+                f"has {y.shape[0]} labels but the views have {arrays[0].shape[0]} rows"
+            )
+    except DataFileError as exc:
+        exc.view = None  # type: ignore[attr-defined]
+        raise
+    return MultiViewDataset(views=arrays, labels=y, name=name)

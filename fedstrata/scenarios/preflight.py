@@ -22,10 +22,16 @@ import numpy as np
 from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.errors import ValidationError as FsValidationError
 from fedstrata.scenarios import partition as part
-from fedstrata.scenarios.datasets import MultiViewDataset, dataset_size, load_dataset
+from fedstrata.scenarios.datasets import (
+    MultiViewDataset,
+    dataset_size,
+    load_dataset,
+    load_files,
+)
 from fedstrata.scenarios.schema import (
     DIMS_METHODS,
     SEED_LIMIT,
+    DataFile,
     Scenario,
     ScenarioErrors,
     clip,
@@ -37,6 +43,7 @@ __all__ = [
     "Wiring",
     "preflight",
     "prepare_data",
+    "scenario_dataset",
     "split_samples",
     "wire_topology",
 ]
@@ -214,18 +221,21 @@ def prepare_data(sc: Scenario, seed: int | None = None) -> PreparedData:
         _check_seed(seed)
         sc = sc.model_copy(update={"seed": seed})
     _check_seed(sc.seed)
-    name, params = sc.data.dataset, dict(sc.data.params)
-    size = dataset_size(name, **params)
-    if size is not None:
-        _check_counts(sc, size)  # before building anything
-    try:
-        ds = load_dataset(name, random_state=sc.seed, **params)
-    except FsValidationError as exc:  # a loader's own message already says what is wrong
-        raise ScenarioError(str(exc), path="data.dataset") from None
-    except Exception as exc:  # a dataset error is a scenario error: say where
-        raise ScenarioError(
-            f"cannot load the dataset: {clip(str(exc), 200)}", path="data.dataset"
-        ) from None
+    if sc.data.files is not None:
+        ds = _files_dataset(sc)
+    else:
+        name, params = sc.data.dataset, dict(sc.data.params)
+        size = dataset_size(name, **params)
+        if size is not None:
+            _check_counts(sc, size)  # before building anything
+        try:
+            ds = load_dataset(name, random_state=sc.seed, **params)
+        except FsValidationError as exc:  # a loader's own message already says what is wrong
+            raise ScenarioError(str(exc), path="data.dataset") from None
+        except Exception as exc:  # a dataset error is a scenario error: say where
+            raise ScenarioError(
+                f"cannot load the dataset: {clip(str(exc), 200)}", path="data.dataset"
+            ) from None
     _check_counts(sc, ds.n_samples)
     indices = split_samples(sc, ds)
     if sc.data.views is None:
@@ -241,6 +251,39 @@ def prepare_data(sc: Scenario, seed: int | None = None) -> PreparedData:
         except FsValidationError as exc:
             raise ScenarioError(clip(str(exc), 300), path="data.views") from None
     return PreparedData(ds, indices, held)
+
+
+def scenario_dataset(sc: Scenario) -> MultiViewDataset:
+    """The dataset a scenario names: its ``data.files``, or ``data.dataset`` with its params.
+
+    Raises
+    ------
+    ScenarioError
+        For files that no longer read (``data.files...``); a built-in loader raises
+        as :func:`~fedstrata.scenarios.datasets.load_dataset`.
+
+    """
+    if sc.data.files is not None:
+        return _files_dataset(sc)
+    return load_dataset(sc.data.dataset, random_state=sc.seed, **dict(sc.data.params))
+
+
+def _files_dataset(sc: Scenario) -> MultiViewDataset:
+    """The dataset of ``data.files`` (paths made absolute when the scenario was validated)."""
+    from fedstrata.device.data import DataFileError
+
+    files = sc.data.files
+    assert files is not None
+
+    def item(entry: str | DataFile) -> tuple[str, str | None]:
+        return (entry, None) if isinstance(entry, str) else (entry.path, entry.key)
+
+    try:
+        return load_files([item(e) for e in files.views], item(files.labels))
+    except DataFileError as exc:  # changed on disk since the scenario was validated
+        h = getattr(exc, "view", None)
+        where = "data.files.labels" if h is None else f"data.files.views.{h}"
+        raise ScenarioError(f"{exc.reason} (read again for the run)", path=where) from None
 
 
 def _parent_index(j: int, n_children: int, n_parents: int) -> int:

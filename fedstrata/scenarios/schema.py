@@ -611,6 +611,93 @@ def _dataset_params(dataset: str) -> dict[str, inspect.Parameter]:
     }
 
 
+MAX_VIEW_FILES = 64
+"""Most view files under ``data.files.views``."""
+
+
+class DataFile(_Strict):
+    """One data file: ``path`` and, for an ``.npz`` archive of several arrays, ``key``.
+
+    A relative ``path`` is read from the scenario file's folder. The formats are
+    those of ``fedstrata node`` (``.npz``, ``.csv``) and ``.parquet`` (with pyarrow).
+    """
+
+    path: str = Field(description="a .npz, .csv or .parquet file")
+    key: str | None = Field(None, description="the array of an .npz archive")
+
+
+class DataFilesSpec(_Strict):
+    """Your own data: one file per view and a label file, row ``i`` of each is sample ``i``.
+
+    Each item of ``views`` and ``labels`` is a path or ``{path, key}``. A view file
+    holds an ``(n_samples, n_features)`` table of finite numbers: ``.npz`` (``key``
+    names the array when the archive holds several), ``.csv`` (a header line is
+    skipped) or ``.parquet`` (every column a feature; needs pyarrow). The label file
+    holds one whole number per sample (an ``.npz`` array may be 1-D). Every file is
+    read by ``fedstrata validate``, which names the file and where in it a problem is.
+    """
+
+    views: Annotated[
+        list[str | DataFile],
+        Field(min_length=1, max_length=MAX_VIEW_FILES, description=f"1 .. {MAX_VIEW_FILES}"),
+    ]
+    labels: str | DataFile
+
+
+def _resolve(path: str, base: Path | None) -> Path:
+    p = Path(path)
+    return p if base is None or p.is_absolute() else base / p
+
+
+def _check_files(files: DataFilesSpec, base: Path | None) -> DataFilesSpec:
+    """Read every file of ``files``; return it with absolute paths, or raise located errors.
+
+    Errors are at ``data.files.views.<i>.path`` (``.key`` for a missing array,
+    without ``.path`` when the item is a bare path), ``data.files.labels...``.
+    """
+    from fedstrata.device.data import DataFileError
+    from fedstrata.scenarios.datasets import load_files
+
+    def item(entry: str | DataFile) -> tuple[str, str | None]:
+        return (entry, None) if isinstance(entry, str) else (entry.path, entry.key)
+
+    def where(prefix: str, entry: str | DataFile, field: str) -> str:
+        return prefix if isinstance(entry, str) else f"{prefix}.{field}"
+
+    entries = [("data.files.views." + str(i), e) for i, e in enumerate(files.views)]
+    entries.append(("data.files.labels", files.labels))
+    for prefix, entry in entries:
+        path, _ = item(entry)
+        if not path or "\x00" in path:
+            raise ScenarioErrors(
+                [
+                    ScenarioError(
+                        f"must be a file name, got {show(path)}", path=where(prefix, entry, "path")
+                    )
+                ]
+            )
+    resolved = [(str(_resolve(p, base)), k) for p, k in map(item, files.views)]
+    lp, lk = item(files.labels)
+    try:
+        load_files(resolved, (str(_resolve(lp, base)), lk))
+    except DataFileError as exc:
+        h = getattr(exc, "view", None)
+        prefix, entry = entries[-1] if h is None else entries[h]
+        shown, _ = item(entry)
+        rel = ""  # where a relative path was looked for, when it was not found
+        if exc.reason == "does not exist" and base is not None and not Path(shown).is_absolute():
+            rel = " (relative to the scenario file)"
+        msg = f"{show(shown)}{rel} {exc.reason}" if exc.field == "path" else exc.reason
+        raise ScenarioErrors([ScenarioError(msg, path=where(prefix, entry, exc.field))]) from None
+
+    def absolute(entry: str | DataFile) -> str | DataFile:
+        path, key = item(entry)
+        full = str(_resolve(path, base).absolute())
+        return full if isinstance(entry, str) else DataFile(path=full, key=key)
+
+    return DataFilesSpec(views=[absolute(e) for e in files.views], labels=absolute(files.labels))
+
+
 class DataSpec(_Strict):
     """Dataset, its parameters, the partition and the hybrid view assignment.
 
@@ -618,14 +705,26 @@ class DataSpec(_Strict):
     are keyword arguments of its loader, checked against the loader's signature and
     types (``random_state`` comes from ``seed``) and against
     :data:`DATASET_PARAM_BOUNDS` (``heat-kernel-synthetic``: ``n_per_cluster`` in
-    ``1 .. 500000``). ``views`` gives the shares of full-view (``all``, > 0),
-    partial-view (``some``) and single-view (``single``) clients, summing to 1.
+    ``1 .. 500000``). ``files`` reads your own views and labels from files instead
+    (:class:`DataFilesSpec`; then neither ``dataset`` nor ``params`` is given); every
+    ``partition`` kind applies to them as to a built-in dataset. ``views`` gives the
+    shares of full-view (``all``, > 0), partial-view (``some``) and single-view
+    (``single``) clients, summing to 1.
     """
 
     dataset: str = "heat-kernel-synthetic"
     params: dict[str, Any] = Field(default_factory=dict)
+    files: DataFilesSpec | None = None
     partition: PartitionSpec = PartitionSpec()
     views: dict[Literal["all", "some", "single"], Probability] | None = None
+
+    @field_validator("files")
+    @classmethod
+    def _read_files(cls, value: DataFilesSpec | None, info: ValidationInfo) -> DataFilesSpec | None:
+        if value is None:
+            return value
+        base = (info.context or {}).get("base_dir")
+        return _check_files(value, None if base is None else Path(base))
 
     @field_validator("dataset")
     @classmethod
@@ -638,6 +737,18 @@ class DataSpec(_Strict):
 
     @model_validator(mode="after")
     def _params(self) -> DataSpec:
+        if self.files is not None:
+            clash = [k for k in ("dataset", "params") if k in self.model_fields_set]
+            if clash:
+                raise ScenarioErrors(
+                    [
+                        ScenarioError(
+                            "data.files gives the data: remove this (or files)", path=f"data.{k}"
+                        )
+                        for k in clash
+                    ]
+                )
+            return self
         allowed = _dataset_params(self.dataset)
         bounds = DATASET_PARAM_BOUNDS.get(self.dataset, {})
         errors = []

@@ -17,8 +17,8 @@ and mlflow-skinny). A tracker reads a record that a run has already written
 - the record folder itself as an MLflow artifact (``record/``).
 
 Reading the record after it is written, rather than hooking into a running
-federation, logs the same thing for a simulated run, an MQTT run and a device node's
-record. ``fedstrata sweep`` logs each run as it finishes; ``run`` and ``study`` when
+federation, logs the same thing for a simulated run and a run over MQTT.
+``fedstrata sweep`` logs each run as it finishes; ``run`` and ``study`` when
 the record is complete.
 
 The command line takes ``--track tensorboard:DIR`` and ``--track mlflow:URI``

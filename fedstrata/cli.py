@@ -241,15 +241,20 @@ def validate(
     """Check scenario files as run would; print one line per problem, exit 1 if any."""
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
 
+    from fedstrata.scenarios.preflight import scenario_warnings
+
     bad = 0
     for f in files:
         try:
-            load_scenario(f)
+            sc = load_scenario(f)
         except ScenarioErrors as exc:
             bad += 1
             for e in exc.errors:
                 err.print(e.located(), highlight=False, soft_wrap=True, markup=False)
             continue
+        # warnings (a latency that looks like ms, a deadline no round can meet) keep exit 0
+        for w in scenario_warnings(f, sc):
+            err.print(w.located(), highlight=False, soft_wrap=True, markup=False)
         out.print(f"{f}: ok", highlight=False, markup=False)
     if bad:
         raise typer.Exit(1)

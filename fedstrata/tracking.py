@@ -437,8 +437,12 @@ def _tracking_uri(target: str) -> str:
 # specs
 
 
-def trackers_from_specs(specs: Iterable[str]) -> list[Tracker]:
+def trackers_from_specs(specs: Iterable[str | Tracker]) -> list[Tracker]:
     """Make a tracker for each ``KIND:TARGET`` spec (``tensorboard:DIR``, ``mlflow:URI``).
+
+    An item that is already a :class:`Tracker` (an object of one's own with ``spec``,
+    ``log_record``, ``log_collection`` and ``close``) is kept as it is, so that a
+    caller such as the Python API can take both.
 
     Raises
     ------
@@ -448,6 +452,11 @@ def trackers_from_specs(specs: Iterable[str]) -> list[Tracker]:
     """
     trackers: list[Tracker] = []
     for spec in specs:
+        if not isinstance(spec, str):
+            if not isinstance(spec, Tracker):
+                raise TrackingError(f"{spec!r}: not a KIND:TARGET string nor a Tracker")
+            trackers.append(spec)
+            continue
         kind, sep, target = spec.partition(":")
         if not sep or not target:
             raise TrackingError(

@@ -374,3 +374,25 @@ def test_a_tracker_failing_after_the_run_keeps_the_record(tmp_path: Path) -> Non
     assert line.endswith("(the record itself is complete)")
     summary = json.loads((tmp_path / "rec" / "summary.json").read_text())
     assert summary["status"] in ("converged", "round_limit")
+
+
+def test_specs_and_tracker_objects() -> None:
+    from fedstrata.tracking import TrackingError, trackers_from_specs
+
+    class Mine:
+        spec = "mine"
+
+        def log_record(self, folder, *, collection=None):
+            pass
+
+        def log_collection(self, folder):
+            pass
+
+        def close(self):
+            pass
+
+    mine = Mine()
+    assert trackers_from_specs([mine]) == [mine]
+    for bad in (["tensorboard"], ["mlflow:"], ["wandb:x"], [object()]):
+        with pytest.raises(TrackingError):
+            trackers_from_specs(bad)

@@ -236,11 +236,60 @@ def _outside_event_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return pool.submit(fn, *args, **kwargs).result()
 
 
-def _out_folder(owner: object, out: str | Path | None, prefix: str) -> tuple[Path, _Owned | None]:
+def _out_folder(
+    owner: object, out: str | Path | None, prefix: str, name: str
+) -> tuple[Path, _Owned | None]:
+    """``out``, or ``name`` in a temporary folder owned by ``owner`` (the tracker's run name)."""
     if out is None:
         owned = _Owned(owner, prefix)
-        return owned.path / "record", owned
+        return owned.path / name, owned
     return Path(out), None
+
+
+class _Trackers:
+    """The ``track=`` trackers of one call: made before anything runs, fed finished records.
+
+    Trackers read records already on disk (:mod:`fedstrata.tracking`), so one that fails
+    never costs the run: it is a warning, and the record is returned all the same.
+    """
+
+    def __init__(self, specs: Sequence[Any] | None) -> None:
+        self.trackers: list[Any] = []
+        self.failed: set[str] = set()
+        if specs is None:
+            return
+        if isinstance(specs, str) or not isinstance(specs, Sequence):
+            raise ValidationError(
+                "track= must be a list of 'tensorboard:DIR' or 'mlflow:URI' specs (or trackers)"
+            )
+        from fedstrata.tracking import trackers_from_specs
+
+        self.trackers = trackers_from_specs(list(specs))
+
+    def _each(self, action: Callable[[Any], None]) -> None:
+        import warnings
+
+        for t in self.trackers:
+            spec = str(getattr(t, "spec", t))
+            if spec in self.failed:
+                continue
+            try:
+                action(t)
+            except Exception as exc:  # a store that refuses, a full disk: said, not raised
+                self.failed.add(spec)
+                warnings.warn(
+                    f"track {spec}: {type(exc).__name__}: {str(exc)[:300]} "
+                    "(the record itself is complete)",
+                    stacklevel=4,
+                )
+
+    def log(self, folder: Path, collection: Path | None = None) -> None:
+        self._each(lambda t: t.log_record(folder, collection=collection))
+
+    def finish(self, collection: Path | None = None) -> None:
+        if collection is not None:
+            self._each(lambda t: t.log_collection(collection))
+        self._each(lambda t: t.close())
 
 
 # ------------------------------------------------------------------------------ Run
@@ -412,6 +461,7 @@ def run(
     run_id: str | None = None,
     emulate_links: bool = False,
     timeout_s: float | None = None,
+    track: Sequence[Any] | None = None,
     **keys: Any,
 ) -> Run:
     """Run a scenario, simulated or over a real MQTT broker, and return its record.
@@ -442,6 +492,10 @@ def run(
     insecure, run_id, emulate_links, timeout_s
         As ``--insecure``, ``--run-id``, ``--emulate-links`` and ``--timeout`` of
         ``fedstrata run --transport mqtt`` (``transport="mqtt"`` only).
+    track
+        Where to send the finished record, as ``--track``: ``["tensorboard:runs/tb",
+        "mlflow:runs/mlruns"]`` (the ``[tracking]`` extra), or tracker objects
+        (:mod:`fedstrata.tracking`). A tracker that fails is a warning.
     **keys
         Top-level scenario keys, merged deeply into the scenario: ``seed=3``,
         ``faults={"dropout": 0.1}`` (mappings merge, a list or a value replaces).
@@ -488,8 +542,9 @@ def run(
         raise ValidationError("events=True is for the simulator only (transport='sim')")
     keyword, dotted = _check_overrides(keys, overrides)
     sc = _scenario(scenario, keyword, dotted)
+    trackers = _Trackers(track)  # a bad spec or a missing extra fails before the run
     result = Run.__new__(Run)  # its temporary folder must exist before the run writes
-    folder, owned = _out_folder(result, out, "fedstrata-run-")
+    folder, owned = _out_folder(result, out, "fedstrata-run-", sc.name)
     command = ["fedstrata.run", str(scenario) if isinstance(scenario, str | Path) else "<dict>"]
     if transport == "sim":
         from fedstrata.scenarios.run import run_scenario
@@ -520,6 +575,8 @@ def run(
             insecure=insecure,
         )
     Run.__init__(result, folder, _owned=owned)
+    trackers.log(folder)
+    trackers.finish()
     return result
 
 
@@ -580,6 +637,7 @@ def sweep(
     out: str | Path | None = None,
     overwrite: bool = False,
     overrides: Mapping[str, Any] | None = None,
+    track: Sequence[Any] | None = None,
     **keys: Any,
 ) -> SweepResult:
     """Run a parameter grid, each cell ``repeats`` times, as ``fedstrata sweep``.
@@ -603,6 +661,8 @@ def sweep(
         Replace finished runs of another scenario in ``out``.
     overrides, **keys
         Applied to the scenario before the grid, as in :func:`run`.
+    track
+        Trackers (as in :func:`run`): each finished run, then the sweep's tables.
 
     Returns
     -------
@@ -645,9 +705,16 @@ def sweep(
     src = _source(scenario)
     data = _apply_overrides(src.data, keyword, dotted)
     sw = sweep_from_data(data, parsed, repeats, file=src.file, base_dir=src.base_dir)
+    trackers = _Trackers(track)
     result = SweepResult.__new__(SweepResult)
-    folder, owned = _out_folder(result, out, "fedstrata-sweep-")
+    name = f"sweep-{sw.cells[0].scenario.name}"
+    folder, owned = _out_folder(result, out, "fedstrata-sweep-", name)
     done = run_sweep(sw, folder, jobs=jobs, overwrite=overwrite)
+    for row in done.rows:
+        run_folder = folder / "runs" / row["cell"] / f"rep-{row['repeat']}"
+        if (run_folder / "summary.json").is_file():
+            trackers.log(run_folder, folder)
+    trackers.finish(folder)
     SweepResult.__init__(
         result,
         folder,
@@ -734,6 +801,7 @@ def study(
     seeds: Sequence[int] | None = None,
     variants: Sequence[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    track: Sequence[Any] | None = None,
     **keys: Any,
 ) -> StudyResult:
     """Run a study (variants × seeds, simulated), as ``fedstrata study``.
@@ -754,6 +822,8 @@ def study(
     overrides, **keys
         Applied to the shared scenario before the variants, as in :func:`run`
         (``protocol={"rounds": 10}``, ``overrides={"data.partition.alpha": 1.0}``).
+    track
+        Trackers (as in :func:`run`): each run, then the study's tables.
 
     Returns
     -------
@@ -791,9 +861,14 @@ def study(
     data = _apply_overrides(data, keyword, dotted)
     data["study"] = section
     st = study_from_data(data, file=src.file, base_dir=src.base_dir)
+    trackers = _Trackers(track)
     result = StudyResult.__new__(StudyResult)
-    folder, owned = _out_folder(result, out, "fedstrata-study-")
-    run_study(st, folder, overwrite=overwrite)
+    name = str(data.get("name") or "study")
+    folder, owned = _out_folder(result, out, "fedstrata-study-", name)
+    done = run_study(st, folder, overwrite=overwrite)
+    for r in done["runs"]:
+        trackers.log(Path(r["path"]), folder)
+    trackers.finish(folder)
     loaded = StudyResult.read(folder, _owned=owned)
     StudyResult.__init__(result, loaded.folder, loaded.table, loaded.runs, loaded.target_ari, owned)
     return result

@@ -11,6 +11,7 @@ __all__ = [
     "TransportError",
     "ValidationError",
     "WireError",
+    "error_reason",
 ]
 
 
@@ -67,3 +68,11 @@ class TransportError(FedstrataError):
 
 class ConvergenceWarning(UserWarning):
     """An iterative fit stopped at its iteration limit or hit a degenerate state."""
+
+
+def error_reason(exc: BaseException, limit: int = 300) -> str:
+    """``"Type: message"`` of an exception, on one line and at most ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -38,7 +38,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from fedstrata.broker.endpoint import Endpoint, parse_broker_url
-from fedstrata.errors import NodeProtocolError, TransportError, ValidationError
+from fedstrata.errors import NodeProtocolError, TransportError, ValidationError, error_reason
 from fedstrata.mqtt import PROTOCOL_MQTT5, PROTOCOL_MQTT311, Will, publish_packet_size
 from fedstrata.nodes.events import (
     CancelTimer,
@@ -738,8 +738,6 @@ class NodeRunner:
         The broker then publishes the node's will (``PeerLost`` at its aggregator), as
         for a device that died; what the node had not yet carried out is discarded.
         """
-        from fedstrata.sim.engine import error_reason
-
         self.crashed = error_reason(exc)
         self.crashed_at = self.log.now()
         self._todo.clear()

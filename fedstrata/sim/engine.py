@@ -34,7 +34,7 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL
 
-from fedstrata.errors import NodeProtocolError
+from fedstrata.errors import NodeProtocolError, error_reason
 from fedstrata.mqtt import puback_size, validate_topic
 from fedstrata.nodes.events import (
     CancelTimer,
@@ -64,7 +64,7 @@ from fedstrata.sim.state import (
     TimerEvent,
 )
 
-__all__ = ["DROP_KINDS", "DROP_REASONS", "Engine", "error_reason"]
+__all__ = ["DROP_KINDS", "DROP_REASONS", "Engine"]
 
 #: Every reason a drop can be logged with.
 DROP_REASONS = (
@@ -777,14 +777,6 @@ class Engine:
         if self.events is not None:
             self.log("timer", ns.node_id, ns.node_id, name=ev.name)
         self.feed(ns, TimerFired(now=now, name=ev.name))
-
-
-def error_reason(exc: BaseException, limit: int = 300) -> str:
-    """``"Type: message"`` of an exception, on one line and at most ``limit`` characters."""
-    text = " ".join(str(exc).split())
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _pair(fwd: dict[Port, Hop], port: Port, hop: Hop) -> None:

@@ -24,12 +24,12 @@ import yaml
 EXE = shutil.which("fedstrata")
 
 
-def _require(module: str) -> None:
-    """Skip without the [tracking] extra, naming it; under CI that is a failure."""
+def _require(module: str, extra: str = "tracking") -> None:
+    """Skip without the extra, naming it; under CI that is a failure."""
     try:
         __import__(module)
     except ImportError as exc:
-        reason = f'{module} is missing: pip install -e ".[tracking]" ({exc})'
+        reason = f'{module} is missing: pip install -e ".[{extra}]" ({exc})'
         if os.environ.get("CI"):
             pytest.fail(f"CI is set but {reason}", pytrace=False)
         pytest.skip(reason)
@@ -213,6 +213,7 @@ MOSQUITTO = next(
 def test_mqtt_run_is_tracked_from_its_record(tmp_path: Path) -> None:
     """--transport mqtt (a private Mosquitto): the same params and rounds as its record."""
     _require("mlflow")
+    _require("aiomqtt", "mqtt")
     if MOSQUITTO is None:
         if os.environ.get("CI"):
             pytest.fail("mosquitto is missing on CI")

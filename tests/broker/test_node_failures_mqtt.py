@@ -17,11 +17,11 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 
-from fedstrata.nodes.events import Delivered, Event
 from fedstrata.scenarios import run_mqtt as run_mqtt_module
 from fedstrata.scenarios.build import build_federation
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt
+from tests.raising import RaisingNode
 
 pytestmark = pytest.mark.broker
 
@@ -33,28 +33,6 @@ topology: {clients: {count: 3, link: {latency: 0.01}}}
 algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
 protocol: {rule: sum, rounds: 5, tol: 0.0, deadline_s: 1.5, quorum: 0.5}
 """
-
-
-class RaisingNode:
-    """A real node that raises ``exc`` on its ``after``-th delivered message."""
-
-    def __init__(self, node: Any, after: int, exc: Exception) -> None:
-        self.inner = node
-        self.node_id = node.node_id
-        self.after = after
-        self.exc = exc
-        self.seen = 0
-
-    def handle(self, event: Event) -> list[Any]:
-        """Pass ``event`` on, or raise on the chosen delivery."""
-        if isinstance(event, Delivered):
-            self.seen += 1
-            if self.seen == self.after:
-                raise self.exc
-        return self.inner.handle(event)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def _failing(monkeypatch: pytest.MonkeyPatch, node_id: str, after: int, exc: Exception) -> None:

@@ -20,10 +20,10 @@ import pytest
 
 from fedstrata.device.config import NodeConfig, load_node_config
 from fedstrata.device.node import run_node
-from fedstrata.nodes.events import Delivered, Event
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.mqtt_nodes import idle_timeout_s
 from tests.device.conftest import EXE, node_json, start_node, write_deployment
+from tests.raising import RaisingNode
 
 FAST = """\
 name: failing-device
@@ -33,28 +33,6 @@ topology: {clients: {count: 3}}
 algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
 protocol: {rule: sum, rounds: 4, tol: 0.0, deadline_s: 1.0, quorum: 0.5}
 """
-
-
-class RaisingNode:
-    """A real node that raises ``exc`` on its ``after``-th delivered message."""
-
-    def __init__(self, node: Any, after: int, exc: Exception) -> None:
-        self.inner = node
-        self.node_id = node.node_id
-        self.after = after
-        self.exc = exc
-        self.seen = 0
-
-    def handle(self, event: Event) -> list[Any]:
-        """Pass ``event`` on, or raise on the chosen delivery."""
-        if isinstance(event, Delivered):
-            self.seen += 1
-            if self.seen == self.after:
-                raise self.exc
-        return self.inner.handle(event)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def _raising(monkeypatch: pytest.MonkeyPatch, after: int, exc: Exception) -> None:

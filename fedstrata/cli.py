@@ -240,7 +240,6 @@ def validate(
 ) -> None:
     """Check scenario files as run would; print one line per problem, exit 1 if any."""
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
-
     from fedstrata.scenarios.preflight import scenario_warnings
 
     bad = 0
@@ -398,6 +397,7 @@ def run(
         tracking.log(out_dir)
         tracking.finish()
         return
+    _acknowledge_ctrl_c()
     summary = run_scenario(
         sc,
         out_dir,
@@ -941,6 +941,23 @@ def _terminate_like_ctrl_c() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def _acknowledge_ctrl_c() -> None:
+    """Say at once that Ctrl-C was heard, then stop the simulation as before.
+
+    The simulator ends the run at the next event and writes the record; this line
+    answers the key press while that happens. A second Ctrl-C stops without a record.
+    """
+    import os
+    import signal
+
+    def heard(signum: int, frame: Any) -> None:
+        os.write(2, b"\ninterrupted: writing the record (Ctrl-C again to stop without one)\n")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, heard)
 
 
 def _print_warnings(summary: dict[str, Any]) -> None:

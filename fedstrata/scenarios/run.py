@@ -716,7 +716,12 @@ def _write_record(
     if events:
         fed.sim.write_events(out / "events.jsonl")
         files.append("events.jsonl")
-    if plots:
+    if plots and summary["status"] == RunStatus.INTERRUPTED.value:
+        # drawing takes about a second (matplotlib): Ctrl-C is answered without it
+        summary["warnings"].append(
+            "rounds.png not drawn: the run was interrupted (fedstrata report draws its rounds)"
+        )
+    elif plots:
         plot_rounds(
             rows,
             out / "rounds.png",

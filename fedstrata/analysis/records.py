@@ -91,6 +91,9 @@ ROUND_COLUMNS = (
             "dp_held",
         )
     ),
+    # the root's rounds: samples whose statistics the round combined (J/n, the per-sample
+    # objective of tol_mode: per_sample and plateau, is objective / n)
+    "n",
 )
 
 #: Every file a run may write into its folder; ``--overwrite`` replaces only these.

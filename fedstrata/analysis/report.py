@@ -174,7 +174,8 @@ def _topology_figure(
             per: dict[str, int] = Counter(parents[c] for c in group)
             nodes = []
             for parent, n in per.items():
-                node = f"{n} clients\n({parent})"
+                # the count alone fits in the circle; the tier's caption says what it counts
+                node = f"{n}\u200b{parent}"
                 g.add_node(node, tier=name, level=level)
                 g.add_edge(parent, node)
                 nodes.append(node)
@@ -208,13 +209,18 @@ def _topology_figure(
         )
     nx.draw_networkx_edges(g, pos, ax=ax, arrows=False, edge_color="#999999")
     small = len(levels[-1]) > 12
-    labels = {n: n for n in g.nodes if not small or g.nodes[n]["level"] < len(levels) - 1}
+    labels = {
+        n: n.split("\u200b")[0]
+        for n in g.nodes
+        if not small or g.nodes[n]["level"] < len(levels) - 1 or many
+    }
     nx.draw_networkx_labels(g, pos, labels=labels, ax=ax, font_size=7)
     for level, (name, group) in enumerate(tiers):
         ax.text(
             -0.02,
             -level,
-            f"{name}\n{len(group)} node(s)",
+            f"{name}\n{len(group)} node(s)"
+            + ("\n(clients per parent)" if name == "edge" and many else ""),
             ha="right",
             va="center",
             fontsize=9,
@@ -230,7 +236,7 @@ def _topology_figure(
                 fontsize=8,
                 bbox={"boxstyle": "round", "fc": "white", "ec": "#cccccc"},
             )
-    if small:
+    if small and not many:
         ax.text(
             1.0,
             -(len(levels) - 1) - 0.45,
@@ -254,19 +260,30 @@ def _root_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     ]
 
 
-def _progress_figure(rows: Sequence[Mapping[str, Any]], clock: str) -> Any:
-    """Objective and ARI against the round and against time (2 × 2)."""
+def _per_sample_rule(sc: Mapping[str, Any]) -> bool:
+    """Whether the run's stop rule read J/n (``tol_mode: per_sample`` or a ``plateau``)."""
+    proto = sc.get("protocol") or {}
+    return proto.get("tol_mode") == "per_sample" or proto.get("plateau") is not None
+
+
+def _progress_figure(
+    rows: Sequence[Mapping[str, Any]], clock: str, per_sample: bool = False
+) -> Any:
+    """Objective (J, or J/n when the stop rule read it) and ARI against round and time."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     root = _root_rows(rows)
+    if per_sample:  # J jumps with who took part; the stop rule read J/n, so draw that
+        root = [{**r, "objective": r["objective"] / r["n"] if r.get("n") else None} for r in root]
+    objective = "J/n (per-sample objective)" if per_sample else "objective J"
     fig = Figure(figsize=(11, 6.4))
     axes = fig.subplots(2, 2)
     it = [r["iteration"] for r in root]
     t = [r["virtual_time_s"] for r in root]
     for col, (xs, xlabel) in enumerate(((it, "round"), (t, f"{clock} time (s)"))):
         for row, (key, label, color, marker) in enumerate(
-            (("objective", "objective J", "tab:blue", "o"), ("ari", "ARI", "tab:orange", "s"))
+            (("objective", objective, "tab:blue", "o"), ("ari", "ARI", "tab:orange", "s"))
         ):
             ax = axes[row][col]
             ys = [math.nan if r.get(key) is None else r[key] for r in root]
@@ -377,28 +394,91 @@ def _bytes_figure(
     return fig, note
 
 
-def _timeline_figure(rows: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> Any:
-    """Drops (by reason), crashes and restarts over time; root round closes dotted."""
+#: How the report names a drop reason of the event log (docs/records.md uses the same words).
+DROP_NAMES = {"outage": "outage (a partitioned link)", "offline": "offline (node unavailable)"}
+
+
+def _fault_windows(
+    summary: Mapping[str, Any], sc: Mapping[str, Any], end: float | None
+) -> list[tuple[str, float, float, bool]]:
+    """``(label, start, end, open)`` of every partition, degradation and crash, with its nodes.
+
+    Partitions and degradations come from the scenario's ``faults``; crashes from the
+    record's ``crashed`` (what happened, with its reason) or else the scenario's.
+    ``open`` marks a window cut at the end of the run (a crash without restart).
+    """
+    faults = sc.get("faults") or {}
+    windows: list[tuple[str, float, float, bool]] = []
+    for kind, key in (("partition", "partitions"), ("degraded", "degradations")):
+        for f in faults.get(key) or []:
+            if not isinstance(f, Mapping):
+                continue
+            nodes = ", ".join(str(n) for n in f.get("nodes") or [])
+            windows.append((f"{kind}: {nodes}", float(f["start"]), float(f["end"]), False))
+    restart = {
+        str(c.get("node")): c.get("restart_after")
+        for c in faults.get("crashes") or []
+        if isinstance(c, Mapping)
+    }
+    crashed = [c for c in summary.get("crashed") or [] if isinstance(c, Mapping) and "t" in c]
+    if not crashed:  # a record without them (MQTT): what the scenario asked for
+        crashed = [
+            {
+                "node": c.get("node"),
+                "t": c.get("at"),
+                "restarts": c.get("restart_after") is not None,
+            }
+            for c in faults.get("crashes") or []
+            if isinstance(c, Mapping)
+        ]
+    stop = end if end is not None else 0.0
+    for c in crashed:
+        node, t = str(c.get("node")), float(c["t"])
+        back = restart.get(node)
+        if c.get("restarts") and back is not None:
+            windows.append((f"crash: {node}", t, t + float(back), False))
+        else:
+            windows.append((f"crash: {node} (no restart)", t, max(stop, t), True))
+    return windows
+
+
+def _timeline_figure(
+    rows: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]] | None,
+    windows: Sequence[tuple[str, float, float, bool]],
+) -> Any:
+    """Fault windows with their nodes (bars), drops by reason (ticks), root round closes dotted."""
     from matplotlib.figure import Figure
 
     marks: dict[str, list[float]] = defaultdict(list)
-    for ev in events:
+    for ev in events or ():
         kind = ev.get("ev")
         if kind == "drop":
-            marks[f"drop: {ev.get('reason', '?')}"].append(float(ev["t"]))
-        elif kind in ("crash", "restart", "partition", "heal", "offline", "online"):
+            reason = str(ev.get("reason", "?"))
+            marks[f"drop: {DROP_NAMES.get(reason, reason)}"].append(float(ev["t"]))
+        elif kind in ("restart", "offline", "online"):
             marks[str(kind)].append(float(ev["t"]))
-    fig = Figure(figsize=(11, 1.2 + 0.5 * max(1, len(marks))))
+    lanes = [w[0] for w in windows] + [f"{k} ({len(v)})" for k, v in sorted(marks.items())]
+    fig = Figure(figsize=(11, 1.4 + 0.45 * max(1, len(lanes))))
     ax = fig.subplots()
-    for i, (label, ts) in enumerate(sorted(marks.items())):
-        ax.scatter(ts, [i] * len(ts), marker="|", s=200, label=f"{label} ({len(ts)})")
-    ax.set_yticks(range(len(marks)), [f"{k} ({len(v)})" for k, v in sorted(marks.items())])
+    colors = {"partition": "tab:red", "degraded": "tab:orange", "crash": "tab:purple"}
+    for i, (label, start, end, open_end) in enumerate(windows):
+        color = colors.get(label.split(":")[0], "tab:grey")
+        ax.broken_barh([(start, max(end - start, 1e-9))], (i - 0.3, 0.6), color=color, alpha=0.6)
+        ax.text(end, i, " …" if open_end else "", va="center", fontsize=8)
+    for j, (_label, ts) in enumerate(sorted(marks.items())):
+        ax.scatter(ts, [len(windows) + j] * len(ts), marker="|", s=200, color="black")
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
     for r in rows:
         if r.get("tier") == "cloud" and r.get("virtual_time_s") is not None:
             ax.axvline(float(r["virtual_time_s"]), color="grey", lw=0.6, ls=":")
-    ax.set(xlabel="time (s); dotted: a root round closed", title="faults and dropouts")
+    ax.set(
+        xlabel="time (s); bars: fault windows and their nodes; dotted: a root round closed",
+        title="faults and dropouts",
+    )
     _no_offset(ax.xaxis)
-    if not marks:
+    if not lanes:
         ax.text(
             0.5,
             0.5,
@@ -443,8 +523,12 @@ def _settings(summary: Mapping[str, Any], sc: Mapping[str, Any]) -> list[tuple[s
     fault_bits = [
         f"dropout {faults['dropout']:g}" if faults.get("dropout") else "",
         *(
-            f"{len(faults[k])} {k}"
-            for k in ("crashes", "partitions", "degradations")
+            f"{len(faults[k])} {k if len(faults[k]) > 1 else one}"
+            for k, one in (
+                ("crashes", "crash"),
+                ("partitions", "partition"),
+                ("degradations", "degradation"),
+            )
             if faults.get(k)
         ),
     ]
@@ -546,21 +630,52 @@ def write_report(folder: str | Path) -> dict[str, Path]:
             _png(_topology_figure(wiring, _tier_links(sc))),
             "the edge-fog-cloud tree, each tier's uplink annotated",
         )
+    per_sample = _per_sample_rule(sc) and any(r.get("n") for r in _root_rows(rows))
     images["progress"] = (
-        _png(_progress_figure(rows, clock)),
-        "objective and ARI per root round and over time",
+        _png(_progress_figure(rows, clock, per_sample)),
+        ("J/n" if per_sample else "objective") + " and ARI per root round and over time",
     )
+    mqtt = summary.get("transport") == "mqtt"
     fig, bytes_note = _bytes_figure(rows, summary, events, wiring, cloud)
+    if mqtt and events is None:  # --events is the simulator's: say what is true here
+        bytes_note = (
+            "an MQTT run writes no event log (events.jsonl is the simulator's), so bytes are "
+            "per tier for the whole run (summary.json); the same scenario simulated with "
+            "--events has them per round"
+        )
     images["bytes"] = (_png(fig), "bytes per tier")
-    if events is not None:
-        images["timeline"] = (_png(_timeline_figure(rows, events)), "faults and dropouts")
-    timeline_note = (
-        ""
-        if events is not None
-        else "no event log: run with --events to see faults and dropouts on a timeline"
+    windows = _fault_windows(
+        summary, sc, summary.get("virtual_time_s") or summary.get("wall_time_s")
     )
+    if events is not None or windows:
+        images["timeline"] = (
+            _png(_timeline_figure(rows, events, windows)),
+            "fault windows and their nodes, drops by reason",
+        )
+    if events is not None:
+        timeline_note = ""
+    elif mqtt:
+        emulated = summary.get("emulated_links")
+        timeline_note = (
+            "an MQTT run writes no event log: the windows drawn are the scenario's "
+            + (
+                "(applied by --emulate-links)"
+                if emulated
+                else "(not applied: run with --emulate-links to apply partitions and degradations)"
+            )
+            if windows
+            else "an MQTT run writes no event log (events.jsonl is the simulator's): "
+            "drops by reason are in summary.json"
+        )
+    else:
+        timeline_note = (
+            "no event log: the windows drawn are the scenario's; run with --events to see "
+            "each dropped message too"
+            if windows
+            else "no event log: run with --events to see faults and dropouts on a timeline"
+        )
     drops = summary.get("dropped_by_reason") or {}
-    drop_note = ", ".join(f"{k} {v:,}" for k, v in drops.items()) or "none"
+    drop_note = ", ".join(f"{DROP_NAMES.get(k, k)} {v:,}" for k, v in drops.items()) or "none"
     settings = _settings(summary, sc)
     privacy = _privacy_rows(summary)
 
@@ -585,7 +700,7 @@ def write_report(folder: str | Path) -> dict[str, Path]:
         (
             "Faults and dropouts",
             "timeline",
-            timeline_note or f"messages dropped by reason: {drop_note}",
+            "; ".join(x for x in (timeline_note, f"messages dropped by reason: {drop_note}") if x),
         ),
     ]
     paths: dict[str, Path] = {}

@@ -113,6 +113,7 @@ def _round_rows(
                     row.update(
                         iteration=f["iteration"],
                         objective=f.get("objective"),
+                        n=f.get("n") if f.get("objective") is not None else None,
                         **{k: round(float(metrics[k]), 6) if metrics else None for k in _METRICS},
                     )
                     break

@@ -201,3 +201,123 @@ def test_a_reported_run_can_be_overwritten(tmp_path: Path) -> None:
     res = fedstrata("run", tmp_path / "tiny.yaml", "--out", out, "--no-plots", "--overwrite")
     assert res.returncode == 0, res.stderr
     assert not (out / "report.html").exists()  # the old run's report went with it
+
+
+FAULTS = """\
+name: report-faults
+seed: 1
+data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 20}, partition: {kind: iid}}
+topology:
+  tiers: [{name: fog, count: 10, link: {latency: 5ms}}]
+  clients: {count: 40, link: {latency: 10ms}}
+algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
+protocol: {rule: sum, rounds: 12, deadline_s: 1, quorum: 0.5, tol_mode: per_sample, tol: 0}
+faults:
+  partitions: [{nodes: [fog-3], start: 0.05, end: 0.25}]
+  crashes:
+    - {node: client-5, at: 0.1, restart_after: 0.15}
+    - {node: client-7, at: 0.12}
+"""
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("faults")
+    (base / "faults.yaml").write_text(FAULTS)
+    out = base / "run"
+    res = fedstrata("run", base / "faults.yaml", "--out", out, "--events", "--no-plots")
+    assert res.returncode == 0, res.stderr
+    res = fedstrata("report", out)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    return out
+
+
+def test_report_draws_fault_windows_with_their_nodes(faulty: Path) -> None:
+    page = (faulty / "report.html").read_text(encoding="utf-8")
+    md = (faulty / "report.md").read_text(encoding="utf-8")
+    # the settings count faults in the singular and the plural as they are
+    assert "2 crashes, 1 partition" in page and "1 partitions" not in page
+    assert "fault windows and their nodes" in page  # the timeline's alt text
+    assert "](report-timeline.png)" in md
+    # the drop reason of a partitioned link is named as docs/records.md names it
+    assert "outage (a partitioned link)" in page
+    text = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text()
+    assert "`outage` (a partitioned link" in text
+
+
+def test_report_timeline_lanes_are_the_faults(faulty: Path) -> None:
+    import json
+
+    from fedstrata.analysis.report import _fault_windows
+
+    summary = json.loads((faulty / "summary.json").read_text())
+    sc = __import__("yaml").safe_load((faulty / "scenario.yaml").read_text())
+    windows = _fault_windows(summary, sc, summary["virtual_time_s"])
+    end = summary["virtual_time_s"]
+    # from the scenario above: fog-3 cut 0.05-0.25 s, client-5 down 0.1-0.25 s, client-7
+    # from 0.12 s to the end
+    assert end > 0.25
+    assert windows == [
+        ("partition: fog-3", 0.05, 0.25, False),
+        ("crash: client-5", 0.1, pytest.approx(0.25), False),
+        ("crash: client-7 (no restart)", 0.12, end, True),
+    ]
+
+
+def test_report_plots_j_per_sample_when_the_stop_rule_used_it(faulty: Path) -> None:
+    page = (faulty / "report.html").read_text(encoding="utf-8")
+    assert "J/n and ARI per root round" in page
+    rows = (faulty / "rounds.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    cloud = [dict(zip(header, r.split(","), strict=True)) for r in rows[1:]]
+    cloud = [r for r in cloud if r["tier"] == "cloud" and r["objective"]]
+    assert cloud and all(int(r["n"]) > 0 for r in cloud)  # what J/n is drawn from
+
+
+def test_topology_labels_fit_their_nodes_at_ten_fogs() -> None:
+    """Ten fogs of ten clients each: every node's label fits inside its circle.
+
+    The groups of clients used to read "10 clients (fog-0)", wider than their circle.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from fedstrata.analysis.report import _topology_figure
+
+    fogs = [f"fog-{i}" for i in range(10)]
+    clients = [f"client-{j}" for j in range(100)]
+    parents = {f: "cloud" for f in fogs} | {c: fogs[j // 10] for j, c in enumerate(clients)}
+    fig = _topology_figure(
+        ([("cloud", ["cloud"]), ("fog", fogs), ("edge", clients)], parents), {"fog": "x"}
+    )
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    ax = fig.axes[0]
+    # node circles: 600 pt^2 markers (at most 12 nodes a level), diameter sqrt(600) pt
+    diameter = 600**0.5 * fig.dpi / 72
+    labels = [t for t in ax.texts if t.get_fontsize() == 7]
+    assert len(labels) == 1 + 10 + 10  # the cloud, the fogs, a group of clients per fog
+    for t in labels:
+        assert t.get_window_extent(renderer).width < diameter, t.get_text()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text().strip()]
+    for b in boxes:  # every text inside the figure, none over another
+        assert b.x0 >= fig.bbox.x0 - 1 and b.x1 <= fig.bbox.x1 + 1, b
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (a, b)
+
+
+@pytest.mark.broker
+def test_report_of_an_mqtt_run_says_what_is_true_there(tmp_path: Path) -> None:
+    from tests.broker.conftest import _need_mosquitto
+
+    _need_mosquitto()
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    out = tmp_path / "run"
+    res = fedstrata(
+        "run", tmp_path / "tiny.yaml", "--out", out, "--transport", "mqtt", "--no-plots"
+    )
+    assert res.returncode == 0, res.stderr
+    assert fedstrata("report", out).returncode == 0
+    for name in ("report.html", "report.md"):
+        text = (out / name).read_text(encoding="utf-8")
+        assert "run with --events" not in text  # --transport mqtt refuses it
+        assert "an MQTT run writes no event log" in text

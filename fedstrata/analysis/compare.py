@@ -34,14 +34,16 @@ __all__ = [
     "check_run_folder",
     "compare_many",
     "compare_runs",
+    "is_device_folder",
+    "load_device_record",
     "load_record",
     "parse_link_cost",
     "plot_comparison",
     "read_root_rows",
 ]
 
-#: Files that make a folder a run folder (any one of them).
-_RECORD_FILES = ("summary.json", "scenario.yaml", "rounds.csv", "labels.csv")
+#: Files that make a folder a run folder (any one of them); ``node.json``: a device's.
+_RECORD_FILES = ("summary.json", "scenario.yaml", "rounds.csv", "labels.csv", "node.json")
 
 #: The tier of the root aggregator in ``rounds.csv`` (whatever ``topology.cloud_id``).
 ROOT_TIER = "cloud"
@@ -366,7 +368,7 @@ def _clock(summary: Mapping[str, Any]) -> str:
     """``virtual`` for simulated runs, ``wall`` for runs over real MQTT."""
     if summary.get("transport") == "sim":
         return "virtual"
-    if summary.get("transport") == "mqtt":
+    if summary.get("transport") in ("mqtt", "device"):
         return "wall"
     return "virtual" if summary.get("virtual_time_s") is not None else "wall"
 
@@ -389,6 +391,9 @@ def reach_target(
         result["reason"] = "no ari column in rounds.csv"
         return result
     scored = [r for r in rows if r["ari"] is not None]
+    if not scored and summary.get("transport") == "device":
+        result["reason"] = "no ARI: a device record holds no ground truth"
+        return result
     if not scored:
         why = summary.get("metrics_reason")
         if isinstance(why, str) and why.startswith("no model"):
@@ -439,6 +444,180 @@ def _run_names(folders: Sequence[Path]) -> list[str]:
     return unique
 
 
+def is_device_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a ``fedstrata node`` folder (``node.json``, no ``summary.json``)."""
+    p = Path(path)
+    return (p / "node.json").is_file() and not (p / "summary.json").exists()
+
+
+def _device_folders(path: Path) -> list[Path]:
+    """A node's folder, or the node folders inside a deployment's records folder."""
+    if (path / "node.json").is_file():
+        return [path]
+    if path.is_dir() and not any((path / n).exists() for n in _RECORD_FILES):
+        return sorted(p for p in path.iterdir() if (p / "node.json").is_file())
+    return []
+
+
+def _read_node(folder: Path) -> dict[str, Any]:
+    path = folder / "node.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("node"), str):
+        raise RecordError(f"{path}: not a node record (no 'node')")
+    return data
+
+
+def _roster(root: Mapping[str, Any] | None) -> list[str] | None:
+    """Every node id of the deployment, from the scenario file the root ran (if readable)."""
+    if root is None or not root.get("scenario_file"):
+        return None
+    try:
+        from fedstrata.scenarios.loader import load_scenario
+
+        sc = load_scenario(root["scenario_file"], preflight=False)
+    except Exception:  # on another machine, or changed: the roster is unknown
+        return None
+    return [n for ids in sc.node_ids().values() for n in ids]
+
+
+def load_device_record(
+    folders: Sequence[str | Path], reference: Mapping[tuple[str, int], str] | None = None
+) -> dict[str, Any]:
+    """Read the node folders of one ``fedstrata node`` deployment as one record.
+
+    ``folders`` are node folders (``node.json``), or folders holding them. Returns
+    ``{"path", "summary", "labels", "root", "nodes", "lacks"}``: ``summary`` has the
+    fields of a run's ``summary.json`` that the nodes' records give (``transport``
+    ``device``; status, reason and rounds from the root's ``run_status``,
+    ``run_reason`` and ``rounds``; bytes and messages summed over the nodes given;
+    no metrics, the devices holding no ground truth); ``labels`` the clients'
+    ``labels.csv`` rows. A client's ``index`` is the row of its data files: with a
+    ``reference`` (the labels of the simulated run, keyed ``(client, sample)``) the
+    ``k``-th row of a client becomes its ``k``-th sample of the simulation, as the
+    deployment's data is written (docs/deploy.md). ``lacks`` says, a line each, what
+    the record cannot give.
+
+    Raises
+    ------
+    NotARunFolderError
+        If a folder holds no node record.
+    RecordError
+        If a ``node.json`` or ``labels.csv`` is malformed, or the nodes are of
+        different runs.
+
+    """
+    nodes: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for given in folders:
+        found = _device_folders(Path(given))
+        if not found:
+            raise NotARunFolderError(f"{given}: not a node folder (no node.json)")
+        for folder in found:
+            rec = _read_node(folder)
+            nodes[rec["node"]] = (folder, rec)
+    runs = {rec.get("run_id") for _, rec in nodes.values()}
+    if len(runs) > 1:
+        raise RecordError(f"the node folders are of different runs: {sorted(map(str, runs))}")
+    root_entry = next((v for v in nodes.values() if v[1].get("role") == "root"), None)
+    root = None if root_entry is None else root_entry[1]
+    any_rec = next(iter(nodes.values()))[1]
+    lacks = ["ARI/NMI/ACC: the devices hold no ground truth (their labels are compared)"]
+    roster = _roster(root)
+    missing = [] if roster is None else [n for n in roster if n not in nodes]
+    if root is None:
+        lacks.append("the root's folder: status, rounds and rounds.csv")
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        lacks.append(f"{len(missing)} node folder(s): {shown} (bytes count the nodes given)")
+    elif roster is None:
+        lacks.append("the deployment's node list (the scenario file is not readable here)")
+    lacks.append("virtual time, per-tier bytes and drops: the simulator's, not a device's")
+
+    def total(key: str) -> int:
+        return sum(int((rec.get("traffic") or {}).get(key) or 0) for _, rec in nodes.values())
+
+    up, down = total("packet_bytes_out"), total("packet_bytes_in")
+    pay_up, pay_down = total("payload_bytes_out"), total("payload_bytes_in")
+    summary: dict[str, Any] = {
+        "scenario": any_rec.get("scenario"),
+        "scenario_hash": any_rec.get("scenario_hash"),
+        "seed": any_rec.get("seed"),
+        "transport": "device",
+        "broker": any_rec.get("broker"),
+        "status": None if root is None else root.get("run_status"),
+        "reason": None if root is None else root.get("run_reason"),
+        "rounds": None if root is None else root.get("rounds"),
+        "bytes_up": up,
+        "bytes_down": down,
+        "bytes_total": up + down,
+        "payload_bytes": {"up": pay_up, "down": pay_down, "total": pay_up + pay_down},
+        "messages": total("publishes") + total("delivered"),
+        "virtual_time_s": None,
+        "wall_time_s": None if root is None else root.get("wall_time_s"),
+        "metrics": {"acc": None, "nmi": None, "ari": None},
+        "metrics_reason": "a device record holds no ground truth",
+        "node_status": {n: rec.get("status") for n, (_, rec) in sorted(nodes.items())},
+    }
+    labels: dict[tuple[str, int], str] = {}
+    remapped = False
+    for node, (folder, rec) in sorted(nodes.items()):
+        if rec.get("role") != "client":
+            continue
+        if not (folder / "labels.csv").is_file():
+            lacks.append(f"{node}'s labels ({rec.get('status')}: {rec.get('reason')})")
+            continue
+        rows = _read_labels(folder)
+        if reference is not None:
+            sim = sorted(i for c, i in reference if c == node)
+            if len(sim) == len(rows):
+                rows = {(c, sim[k]): lab for (c, k), lab in rows.items()}
+                remapped = True
+            else:
+                lacks.append(
+                    f"{node}'s rows as the simulation's: it holds {len(rows)}, the "
+                    f"simulated client {len(sim)} (not the simulator's split)"
+                )
+        labels.update(rows)
+    if reference is not None and remapped:
+        lacks.append(
+            "the samples' own numbers: each client's k-th row is read as its k-th sample "
+            "in the simulation (docs/deploy.md)"
+        )
+    base = root_entry[0] if root_entry is not None else Path(folders[0])
+    return {
+        "path": str(base),
+        "summary": summary,
+        "labels": labels,
+        "root": None if root_entry is None else root_entry[0],
+        "nodes": sorted(nodes),
+        "lacks": lacks,
+    }
+
+
+def _entries(paths: Sequence[str | Path]) -> list[list[Path]]:
+    """The paths as runs: a run folder alone; consecutive node folders of one run together."""
+    entries: list[list[Path]] = []
+    last_run: Any = object()
+    for p in map(Path, paths):
+        found = _device_folders(p) if not (p / "summary.json").exists() else []
+        if not found:
+            check_run_folder(p)
+            entries.append([p])
+            last_run = object()
+            continue
+        run = _read_node(found[0]).get("run_id")
+        if entries and run == last_run:
+            entries[-1].append(p)
+        else:
+            entries.append([p])
+        last_run = run
+    return entries
+
+
 def compare_many(
     paths: Sequence[str | Path],
     *,
@@ -482,9 +661,25 @@ def compare_many(
         If ``link_cost`` names a tier that no record has.
 
     """
-    folders = [check_run_folder(p) for p in paths]
-    records = [load_record(f) for f in folders]
-    rounds = [read_root_rows(f) for f in folders]
+    entries = _entries(paths)
+    records: list[dict[str, Any]] = []
+    rounds: list[tuple[list[dict[str, Any]], tuple[str, ...]]] = []
+    for entry in entries:
+        # a group of several paths is always a deployment's (see _entries)
+        device = len(entry) > 1 or (
+            not (entry[0] / "summary.json").exists() and bool(_device_folders(entry[0]))
+        )
+        if not device:
+            records.append(load_record(entry[0]))
+            rounds.append(read_root_rows(entry[0]))
+            continue
+        first = (
+            records[0] if records and records[0]["summary"].get("transport") != "device" else None
+        )
+        rec = load_device_record(entry, None if first is None else first["labels"])
+        records.append(rec)
+        rounds.append(read_root_rows(rec["root"]) if rec["root"] is not None else ([], ()))
+    folders = [Path(r["path"]) for r in records]
     summaries = [r["summary"] for r in records]
     costs = dict(link_cost or {})
     tiers = _tiers(summaries)
@@ -504,6 +699,8 @@ def compare_many(
                 "clock": _clock(s),
                 "target": reach_target(root, columns, s, target_ari),
                 "energy_proxy": _energy(s, costs, default_link_cost),
+                "record": "device" if s.get("transport") == "device" else "run",
+                "lacks": rec.get("lacks", []),
             }
         )
     table = _fields(summaries)
@@ -514,6 +711,17 @@ def compare_many(
     for key in ("round", "time_s", "bytes"):
         table.append((f"target.{key}", [r["target"][key] for r in runs]))
     table.append(("energy_proxy", [r["energy_proxy"]["total"] for r in runs]))
+    if any(r["record"] == "device" for r in runs):
+        table.append(
+            (
+                "record",
+                [
+                    f"device: {len(rec['nodes'])} node(s)" if "nodes" in rec else "run"
+                    for rec in records
+                ],
+            )
+        )
+        table.append(("lacks", ["; ".join(r["lacks"]) or None for r in runs]))
     ref = records[0]["labels"]
     labels = []
     for rec in records:
@@ -576,6 +784,9 @@ def plot_comparison(
 
     series = []
     for run in cmp["runs"]:
+        if run.get("record") == "device" and not (Path(run["path"]) / "rounds.csv").is_file():
+            series.append((run, []))  # node folders without the root's: no rounds to draw
+            continue
         root, _ = read_root_rows(run["path"])
         series.append((run, [r for r in root if r[metric] is not None]))
     fig = Figure(figsize=(12, 4.2))

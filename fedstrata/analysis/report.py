@@ -58,6 +58,8 @@ def _read_record(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         what = "no such folder" if not folder.exists() else "not a folder"
         raise NotARunRecordError(f"{folder}: not a run record ({what})")
+    if not (folder / "summary.json").exists() and (folder / "node.json").is_file():
+        return _read_device_record(folder)
     if not (folder / "summary.json").exists():
         raise NotARunRecordError(
             f"{folder}: not a run record (no summary.json: not a run folder, or the run "
@@ -99,16 +101,63 @@ def _read_record(folder: Path) -> dict[str, Any]:
         "yaml": text,
         "scenario": scenario,
         "events": events,
+        "device": None,
+        "scenario_path": folder / "scenario.yaml",
     }
 
 
-def _wiring(folder: Path) -> tuple[list[tuple[str, list[str]]], dict[str, str]] | None:
+def _read_device_record(folder: Path) -> dict[str, Any]:
+    """A ``fedstrata node`` folder as a record: its node's view, and what it lacks."""
+    from fedstrata.analysis.compare import NotARunFolderError, RecordError, load_device_record
+
+    try:
+        rec = load_device_record([folder])
+    except NotARunFolderError as exc:
+        raise NotARunRecordError(str(exc)) from None
+    except RecordError as exc:
+        raise ReportError(str(exc)) from None
+    node = json.loads((folder / "node.json").read_text(encoding="utf-8"))
+    summary = dict(rec["summary"])
+    if summary.get("status") is None:  # a node below the root: its own outcome
+        summary["status"] = node.get("status")
+        summary["reason"] = f"{node.get('node')}: {node.get('reason')}"
+        summary["wall_time_s"] = node.get("wall_time_s")
+    rows: list[dict[str, Any]] = []
+    if (folder / "rounds.csv").is_file():
+        with open(folder / "rounds.csv", newline="", encoding="utf-8") as fh:
+            rows = [{k: _number(v or "") for k, v in r.items()} for r in csv.DictReader(fh)]
+    text, scenario = "", {}
+    source = Path(str(node.get("scenario_file") or ""))
+    if node.get("scenario_file") and source.is_file():
+        text = source.read_text(encoding="utf-8")
+        try:
+            loaded = yaml.safe_load(text)
+            scenario = loaded if isinstance(loaded, dict) else {}
+        except yaml.YAMLError:
+            scenario = {}
+    lacks = list(rec["lacks"])
+    if not text:
+        lacks.append(f"the scenario ({node.get('scenario_file')} is not readable here)")
+    return {
+        "summary": summary,
+        "rows": rows,
+        "yaml": text,
+        "scenario": scenario,
+        "events": None,
+        "device": {"node": node.get("node"), "role": node.get("role"), "lacks": lacks},
+        "scenario_path": source if text else None,
+    }
+
+
+def _wiring(scenario: Path | None) -> tuple[list[tuple[str, list[str]]], dict[str, str]] | None:
     """``(tiers top-down with their nodes, parent of every node)`` or None if unknown."""
+    if scenario is None:
+        return None
     try:
         from fedstrata.scenarios.loader import load_scenario
         from fedstrata.scenarios.preflight import wire_topology
 
-        sc = load_scenario(folder / "scenario.yaml", preflight=False)
+        sc = load_scenario(scenario, preflight=False)
         w = wire_topology(sc)
     except Exception:  # an old or foreign scenario: draw nothing rather than fail
         return None
@@ -622,8 +671,9 @@ def write_report(folder: str | Path) -> dict[str, Path]:
     summary, rows, sc, events = rec["summary"], rec["rows"], rec["scenario"], rec["events"]
     name = str(summary.get("scenario", sc.get("name", folder.name)))
     cloud = str((sc.get("topology") or {}).get("cloud_id", "cloud"))
-    clock = "wall-clock" if summary.get("transport") == "mqtt" else "virtual"
-    wiring = _wiring(folder)
+    device = rec["device"]
+    clock = "wall-clock" if summary.get("transport") in ("mqtt", "device") else "virtual"
+    wiring = _wiring(rec["scenario_path"])
     images: dict[str, tuple[bytes, str]] = {}
     if wiring is not None:
         images["topology"] = (
@@ -635,7 +685,7 @@ def write_report(folder: str | Path) -> dict[str, Path]:
         _png(_progress_figure(rows, clock, per_sample)),
         ("J/n" if per_sample else "objective") + " and ARI per root round and over time",
     )
-    mqtt = summary.get("transport") == "mqtt"
+    mqtt = summary.get("transport") in ("mqtt", "device")
     fig, bytes_note = _bytes_figure(rows, summary, events, wiring, cloud)
     if mqtt and events is None:  # --events is the simulator's: say what is true here
         bytes_note = (
@@ -677,6 +727,15 @@ def write_report(folder: str | Path) -> dict[str, Path]:
     drops = summary.get("dropped_by_reason") or {}
     drop_note = ", ".join(f"{DROP_NAMES.get(k, k)} {v:,}" for k, v in drops.items()) or "none"
     settings = _settings(summary, sc)
+    if device is not None:  # what a device's folder cannot tell, before anything else
+        settings.insert(
+            0,
+            (
+                "record",
+                f"device node {device['node']} ({device['role']}), written by fedstrata node; "
+                f"it lacks: {'; '.join(device['lacks'])}",
+            ),
+        )
     privacy = _privacy_rows(summary)
 
     sections: list[tuple[str, str | None, str]] = [  # (heading, image key, note)

@@ -7,6 +7,8 @@ run a with ids 0 -> 2, 1 -> 0, 2 -> 1, and run c is run b with two rows moved.
 
 import json
 
+import pytest
+
 from fedstrata.analysis.compare import compare_many
 from fedstrata.analysis.metrics import matched_disagreement
 from tests.analysis.test_compare_many import FAST, cli, summary, write_run
@@ -38,6 +40,7 @@ def test_permuted_ids_are_the_same_clustering(tmp_path):
     assert rc["differing_rows"] == 2 and rc["raw_differing_rows"] == N - 1
 
 
+@pytest.mark.slow
 def test_installed_compare_shows_both_counts(tmp_path):
     a = write_run(tmp_path / "a", summary(), FAST, labels=A)
     b = write_run(tmp_path / "b", summary(), FAST, labels=B)

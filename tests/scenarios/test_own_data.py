@@ -68,6 +68,7 @@ def test_files_run_as_the_builtin_dataset(tmp_path, partition):
     assert own.labels.equals(ref.labels)  # same samples on the same clients, same labels
 
 
+@pytest.mark.slow
 def test_installed_run_from_another_folder_reads_paths_from_the_scenario(tmp_path):
     _write_files(tmp_path / "data")
     sc = _scenario(tmp_path, FILES)
@@ -171,6 +172,7 @@ def _bad_cases(folder: Path) -> dict[str, tuple[str, str]]:
     }
 
 
+@pytest.mark.slow
 def test_each_bad_file_gives_its_located_line(tmp_path):
     pytest.importorskip("pyarrow")
     _write_files(tmp_path / "data")

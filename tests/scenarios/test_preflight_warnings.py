@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test runs the installed command
+
 EXE = shutil.which("fedstrata")
 ROOT = Path(__file__).resolve().parents[2]
 

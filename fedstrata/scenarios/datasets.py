@@ -111,6 +111,9 @@ class MultiViewDataset:
         accepted when they hold whole numbers).
     name : str
         A short name used in run records.
+    labelled : bool, default True
+        False for data without ground truth (``data.files`` without a label file):
+        ``labels`` are then zeros, a placeholder that must never be scored.
 
     Raises
     ------
@@ -128,6 +131,7 @@ class MultiViewDataset:
     views: list[FloatArray]
     labels: NDArray[np.int64]
     name: str = "dataset"
+    labelled: bool = True
 
     def __post_init__(self) -> None:
         views = _check_views(self.views)
@@ -177,7 +181,10 @@ class MultiViewDataset:
         """
         idx = _check_indices(indices, self.n_samples)
         return MultiViewDataset(
-            views=[v[idx] for v in self.views], labels=self.labels[idx], name=self.name
+            views=[v[idx] for v in self.views],
+            labels=self.labels[idx],
+            name=self.name,
+            labelled=self.labelled,
         )
 
 
@@ -852,14 +859,16 @@ def read_label_file(path: str | Path, key: str | None = None) -> NDArray[np.int6
 
 def load_files(
     views: Sequence[tuple[str | Path, str | None]],
-    labels: tuple[str | Path, str | None],
+    labels: tuple[str | Path, str | None] | None,
     *,
     name: str = FILES_DATASET,
 ) -> MultiViewDataset:
     """A dataset from a user's files: one ``(path, key)`` per view and one for the labels.
 
-    Row ``i`` of every file is sample ``i``. Relative paths are read from the current
-    folder (a scenario resolves them against its own folder first).
+    Row ``i`` of every file is sample ``i``. Without a label file (``labels=None``)
+    the dataset is not ``labelled`` (no ground truth: nothing is scored). Relative
+    paths are read from the current folder (a scenario resolves them against its own
+    folder first).
 
     Raises
     ------
@@ -885,6 +894,11 @@ def load_files(
             )
             exc.view = h  # type: ignore[attr-defined]
             raise exc
+    if labels is None:
+        n = arrays[0].shape[0]
+        return MultiViewDataset(
+            views=arrays, labels=np.zeros(n, dtype=np.int64), name=name, labelled=False
+        )
     try:
         y = read_label_file(*labels)
         if y.shape[0] != arrays[0].shape[0]:

@@ -284,12 +284,33 @@ def _files_dataset(sc: Scenario) -> MultiViewDataset:
     def item(entry: str | DataFile) -> tuple[str, str | None]:
         return (entry, None) if isinstance(entry, str) else (entry.path, entry.key)
 
+    labels = None if files.labels is None else item(files.labels)
     try:
-        return load_files([item(e) for e in files.views], item(files.labels))
+        ds = load_files([item(e) for e in files.views], labels)
     except DataFileError as exc:  # changed on disk since the scenario was validated
         h = getattr(exc, "view", None)
         where = "data.files.labels" if h is None else f"data.files.views.{h}"
         raise ScenarioError(f"{exc.reason} (read again for the run)", path=where) from None
+    if not ds.labelled:  # what reads the labels cannot run on data without them
+        errors = []
+        if sc.data.partition.kind in ("dirichlet", "stratified", "paper"):
+            errors.append(
+                ScenarioError(
+                    f"partition {sc.data.partition.kind!r} splits by label: give "
+                    "data.files.labels, or use iid or quantity",
+                    path="data.partition.kind",
+                )
+            )
+        if sc.protocol.personalization is not None:
+            errors.append(
+                ScenarioError(
+                    "per-client metrics need labels: give data.files.labels",
+                    path="protocol.personalization",
+                )
+            )
+        if errors:
+            raise ScenarioErrors(errors)
+    return ds
 
 
 def _parent_index(j: int, n_children: int, n_parents: int) -> int:

@@ -68,6 +68,8 @@ def evaluate_state(fed: Federation, state: Any, pooled: Any = None) -> dict[str,
 
     ``pooled``: the labelling function of :func:`pooled_observer` (built once per run).
     """
+    if not fed.dataset.labelled:  # no ground truth (data.files without labels): no metrics
+        return {}
     label = pooled if pooled is not None else pooled_observer(fed)
     return evaluate(fed.dataset.labels, label(state))
 
@@ -203,12 +205,16 @@ def _quality(
     labels = None
     if final_state is not None:
         labels = _final_labels(fed, final_state)
-        metrics = {k: float(v) for k, v in evaluate(fed.dataset.labels, labels).items()}
-        metrics_reason = None
+        if fed.dataset.labelled:
+            metrics = {k: float(v) for k, v in evaluate(fed.dataset.labels, labels).items()}
+            metrics_reason = None
+        else:
+            metrics_reason = "no labels: data.files names no label file (nothing to score)"
         degenerate = _degenerate(labels, fed.model.n_clusters)
         if degenerate is not None and status == RunStatus.CONVERGED.value:
             status, reason = RunStatus.DIVERGED.value, degenerate
-        if status in (RunStatus.STALLED.value, RunStatus.INTERRUPTED.value) and not root_finished:
+        stopped = status in (RunStatus.STALLED.value, RunStatus.INTERRUPTED.value)
+        if stopped and not root_finished and fed.dataset.labelled:
             metrics_reason = "metrics of the last global model the root reached"
     return status, reason, metrics, metrics_reason, labels
 

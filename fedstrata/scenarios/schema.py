@@ -632,16 +632,19 @@ class DataFilesSpec(_Strict):
     Each item of ``views`` and ``labels`` is a path or ``{path, key}``. A view file
     holds an ``(n_samples, n_features)`` table of finite numbers: ``.npz`` (``key``
     names the array when the archive holds several), ``.csv`` (a header line is
-    skipped) or ``.parquet`` (every column a feature; needs pyarrow). The label file
-    holds one whole number per sample (an ``.npz`` array may be 1-D). Every file is
-    read by ``fedstrata validate``, which names the file and where in it a problem is.
+    skipped) or ``.parquet`` (every column a feature; needs pyarrow). The optional
+    label file holds one whole number per sample (an ``.npz`` array may be 1-D);
+    without it a run has no ACC/NMI/ARI and the label-based partitions (``dirichlet``,
+    ``stratified``, ``paper``) and ``protocol.personalization`` are refused. Every
+    file is read by ``fedstrata validate``, which names the file and where in it a
+    problem is.
     """
 
     views: Annotated[
         list[str | DataFile],
         Field(min_length=1, max_length=MAX_VIEW_FILES, description=f"1 .. {MAX_VIEW_FILES}"),
     ]
-    labels: str | DataFile
+    labels: str | DataFile | None = None
 
 
 def _resolve(path: str, base: Path | None) -> Path:
@@ -665,7 +668,8 @@ def _check_files(files: DataFilesSpec, base: Path | None) -> DataFilesSpec:
         return prefix if isinstance(entry, str) else f"{prefix}.{field}"
 
     entries = [("data.files.views." + str(i), e) for i, e in enumerate(files.views)]
-    entries.append(("data.files.labels", files.labels))
+    if files.labels is not None:
+        entries.append(("data.files.labels", files.labels))
     for prefix, entry in entries:
         path, _ = item(entry)
         if not path or "\x00" in path:
@@ -677,9 +681,12 @@ def _check_files(files: DataFilesSpec, base: Path | None) -> DataFilesSpec:
                 ]
             )
     resolved = [(str(_resolve(p, base)), k) for p, k in map(item, files.views)]
-    lp, lk = item(files.labels)
+    label_item = None
+    if files.labels is not None:
+        lp, lk = item(files.labels)
+        label_item = (str(_resolve(lp, base)), lk)
     try:
-        load_files(resolved, (str(_resolve(lp, base)), lk))
+        load_files(resolved, label_item)
     except DataFileError as exc:
         h = getattr(exc, "view", None)
         prefix, entry = entries[-1] if h is None else entries[h]
@@ -695,7 +702,10 @@ def _check_files(files: DataFilesSpec, base: Path | None) -> DataFilesSpec:
         full = str(_resolve(path, base).absolute())
         return full if isinstance(entry, str) else DataFile(path=full, key=key)
 
-    return DataFilesSpec(views=[absolute(e) for e in files.views], labels=absolute(files.labels))
+    return DataFilesSpec(
+        views=[absolute(e) for e in files.views],
+        labels=None if files.labels is None else absolute(files.labels),
+    )
 
 
 class DataSpec(_Strict):

@@ -68,6 +68,19 @@ def test_files_run_as_the_builtin_dataset(tmp_path, partition):
     assert own.labels.equals(ref.labels)  # same samples on the same clients, same labels
 
 
+def test_without_labels_the_same_clustering_and_no_metrics(tmp_path):
+    _write_files(tmp_path / "data")
+    plain = "files:\n  views: [data/view0.csv, {path: data/view1.npz, key: features}]\n"
+    own = fedstrata.run(_scenario(tmp_path, plain, name="plain"))
+    ref = fedstrata.run(_scenario(tmp_path, BUILTIN, name="ref"))
+    # the clients never see labels: the same clusters, and nothing scored
+    assert own.labels.equals(ref.labels)
+    assert set(own.summary["metrics"]) >= {"acc", "nmi", "ari"}
+    assert all(v is None for v in own.summary["metrics"].values())
+    assert own.summary["metrics_reason"].startswith("no labels: data.files names no label")
+    assert own.rounds["ari"].isna().all() and own.rounds["objective"].notna().any()
+
+
 @pytest.mark.slow
 def test_installed_run_from_another_folder_reads_paths_from_the_scenario(tmp_path):
     _write_files(tmp_path / "data")
@@ -164,6 +177,11 @@ def _bad_cases(folder: Path) -> dict[str, tuple[str, str]]:
         "npz-key": (
             "files:\n  views: [{path: data/view1.npz, key: X}]\n  labels: data/labels.csv\n",
             "9: data.files.views.0.key: has no array 'X' (it holds: features, other)",
+        ),
+        "skew-without-labels": (
+            "files: {views: [data/view0.csv]}\npartition: {kind: dirichlet, alpha: 0.5}\n",
+            "9: data.partition.kind: partition 'dirichlet' splits by label: give "
+            "data.files.labels, or use iid or quantity",
         ),
         "with-dataset": (
             f"dataset: multiple-features\n{FILES}",

@@ -693,6 +693,12 @@ def write_report(folder: str | Path) -> dict[str, Path]:
             "per tier for the whole run (summary.json); the same scenario simulated with "
             "--events has them per round"
         )
+    if device is not None:  # no per-tier split: each node counts its own connection
+        bytes_note = (
+            f"a device record has no per-tier bytes: {_fmt(summary.get('bytes_total'))} bytes "
+            "on this node's broker connection (PUBLISH packets out and in); compare the "
+            "deployment with its simulation (fedstrata compare SIM NODE...) for the totals"
+        )
     images["bytes"] = (_png(fig), "bytes per tier")
     windows = _fault_windows(
         summary, sc, summary.get("virtual_time_s") or summary.get("wall_time_s")

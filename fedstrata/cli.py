@@ -1211,9 +1211,10 @@ def main() -> None:
     """Entry point of the ``fedstrata`` command.
 
     Exit codes: 0 done (whatever the run's status), 1 invalid scenario or a run
-    that failed for a known reason, 2 usage error (bad option, output folder),
-    3 an unexpected internal error (a bug: the trace goes to a file), 130
-    interrupted.
+    that failed for a known reason (among them a file system that refused to write
+    the record: full, read-only), 2 usage error (bad option, an output folder that
+    cannot take the run, a name too long), 3 an unexpected internal error (a bug:
+    the trace goes to a file), 130 interrupted.
     """
     from fedstrata.analysis.records import OutputError
     from fedstrata.errors import ScenarioError, ValidationError
@@ -1233,16 +1234,30 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted", highlight=False)
         sys.exit(130)
+    except OSError as exc:
+        from fedstrata.analysis.records import OUTPUT_ERRNOS, write_failure
+
+        if exc.errno not in OUTPUT_ERRNOS:
+            _internal_error(exc)
+        # a file system that refuses a write (full, read-only, a name too long): the
+        # user's to fix, not a bug
+        err.print(f"error: {write_failure(exc)}", highlight=False, soft_wrap=True, markup=False)
+        sys.exit(1)
     except Exception as exc:  # a bug: one line for the user, the trace in a file
-        try:
-            where = _crash_report(exc)
-        except OSError:
-            where = "nowhere (could not write a file)"
-        err.print(
-            f"internal error: {type(exc).__name__}: {str(exc)[:200]} -- this is a bug in "
-            f"fedstrata; full trace in {where}",
-            highlight=False,
-            soft_wrap=True,
-            markup=False,
-        )
-        sys.exit(3)
+        _internal_error(exc)
+
+
+def _internal_error(exc: BaseException) -> None:
+    """Say that ``exc`` is a bug in one line, write its trace to a file, exit 3."""
+    try:
+        where = _crash_report(exc)
+    except OSError:
+        where = "nowhere (could not write a file)"
+    err.print(
+        f"internal error: {type(exc).__name__}: {str(exc)[:200]} -- this is a bug in "
+        f"fedstrata; full trace in {where}",
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+    )
+    sys.exit(3)

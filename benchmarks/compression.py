@@ -71,7 +71,7 @@ def run_one(base: dict[str, Any], comp: dict[str, Any], seed: int) -> dict[str, 
             and ev["wire"]
             and not ev["dup"]
             and str(ev["src"]).startswith("client-")
-            and ev["topic"].endswith("/up")
+            and "/up/" in ev["topic"]
         ):
             sends[ev["src"]].append(ev["bytes"])
     updates = [b for sizes in sends.values() for b in sizes[1:]]  # the first is the setup reply

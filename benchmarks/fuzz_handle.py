@@ -193,8 +193,9 @@ def _bare(payload: bytes) -> tuple[wire.Envelope, bool] | None:
 
 
 def _topic_part(topic: str) -> str:
+    # a per-member topic (``to/<node>``, ``up/<node>``) is labelled by its kind, not its node
     parts = topic.split("/")
-    return parts[-2] if len(parts) >= 2 and parts[-2] == "to" else parts[-1]
+    return parts[-2] if len(parts) >= 2 and parts[-2] in ("to", "up") else parts[-1]
 
 
 def _label(role: str, topic: str, env: wire.Envelope) -> str:

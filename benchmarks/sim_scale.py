@@ -28,7 +28,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from fedstrata.mqtt import down_topic, group_prefix, up_topic
+from fedstrata.mqtt import down_topic, group_prefix, up_filter, up_topic
 from fedstrata.nodes.events import Delivered, Finished, Publish, Started, Subscribe
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Link, LogNormal
@@ -43,7 +43,7 @@ class NullClient:
     def __init__(self, node_id: str, fog: int) -> None:
         self.node_id = node_id
         self.down = down_topic(RUN, "fog", fog)
-        self.up = up_topic(RUN, "fog", fog)
+        self.up = up_topic(RUN, "fog", fog, node_id)
         self.answer = [Publish(topic=self.up, payload=UP_PAYLOAD, qos=1)]
 
     def handle(self, ev: Any) -> list[Any]:
@@ -62,13 +62,16 @@ class NullFog:
         self.n_clients = n_clients
         self.count = 0
         self.cloud_down = down_topic(RUN, "cloud", "root")
-        self.my_up = up_topic(RUN, "fog", fog)
+        self.my_up = up_filter(RUN, "fog", fog)
+        self.my_up_prefix = group_prefix(RUN, "fog", fog) + "up/"
         self.my_down = down_topic(RUN, "fog", fog)
-        self.to_cloud = [Publish(topic=up_topic(RUN, "cloud", "root"), payload=bytes(200), qos=1)]
+        self.to_cloud = [
+            Publish(topic=up_topic(RUN, "cloud", "root", node_id), payload=bytes(200), qos=1)
+        ]
 
     def handle(self, ev: Any) -> list[Any]:
         if type(ev) is Delivered:
-            if ev.topic == self.my_up:
+            if ev.topic.startswith(self.my_up_prefix):
                 self.count += 1
                 if self.count == self.n_clients:
                     self.count = 0
@@ -106,7 +109,7 @@ class NullCloud:
                 return [Finished(result=self.round)]
             return self._broadcast()
         if type(ev) is Started:
-            return [Subscribe(pattern=up_topic(RUN, "cloud", "root")), *self._broadcast()]
+            return [Subscribe(pattern=up_filter(RUN, "cloud", "root")), *self._broadcast()]
         return []
 
 

@@ -12,6 +12,7 @@ __all__ = [
     "ValidationError",
     "WireError",
     "error_reason",
+    "missing_extra",
 ]
 
 
@@ -76,3 +77,10 @@ def error_reason(exc: BaseException, limit: int = 300) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def missing_extra(extra: str, what: str, exc: ImportError) -> ValidationError:
+    """The usage error of a feature whose pip extra is not installed (exit 2, one line)."""
+    return ValidationError(
+        f'{what} needs the [{extra}] extra: pip install "fedstrata[{extra}]" ({exc})'
+    )

@@ -9,7 +9,7 @@ Nothing here does I/O. The module holds
 * exact control packet sizes (MQTT 3.1.1 §2-§3, MQTT 5.0 §2-§3) so that byte
   counts in simulated and real runs are the bytes a broker would carry;
 * :class:`Will`, the last-will message of a session (MQTT 3.1.1 §3.1.2.5);
-* fedstrata's topic scheme (``fs/{run}/{tier}/{group}/up|down|config`` and friends).
+* fedstrata's topic scheme (``fs/{run}/{tier}/{group}/up/{node}|down|config`` and friends).
 
 Section numbers refer to MQTT Version 3.1.1 (OASIS Standard, 29 October 2014)
 unless marked "MQTT 5", which refers to MQTT Version 5.0 (OASIS Standard,
@@ -44,6 +44,7 @@ __all__ = [
     "suback_size",
     "subscribe_packet_size",
     "topic_matches",
+    "up_filter",
     "up_topic",
     "validate_filter",
     "validate_topic",
@@ -609,9 +610,18 @@ def group_prefix(run: str, tier: str, group: str | int) -> str:
     return f"fs/{_part('run', run)}/{_part('tier', tier)}/{_part('group', group)}/"
 
 
-def up_topic(run: str, tier: str, group: str | int) -> str:
-    """Return ``fs/{run}/{tier}/{group}/up``: children publish their updates here."""
-    return group_prefix(run, tier, group) + "up"
+def up_topic(run: str, tier: str, group: str | int, node: str) -> str:
+    """Return ``fs/{run}/{tier}/{group}/up/{node}``: child ``node`` publishes its updates here.
+
+    One topic per child, so that the broker's ACL can let each child write its own
+    only: the topic names the publisher (MQTT carries no publisher identity).
+    """
+    return group_prefix(run, tier, group) + "up/" + _part("node", node)
+
+
+def up_filter(run: str, tier: str, group: str | int) -> str:
+    """Return ``fs/{run}/{tier}/{group}/up/+``: the aggregator reads every child's updates."""
+    return group_prefix(run, tier, group) + "up/+"
 
 
 def down_topic(run: str, tier: str, group: str | int) -> str:

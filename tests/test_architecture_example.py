@@ -217,7 +217,7 @@ def test_a_malformed_partial_is_dropped_not_fatal(doc):
         sender="client-0",
         body={"mode": "setup", "candidates": np.zeros((2, 5)), "n": 3},  # 5 features, not 2
     )
-    topic = up_topic("kmeans", "cloud", "cloud")
+    topic = up_topic("kmeans", "cloud", "cloud", "client-0")
     effects = root.handle(Delivered(now=1.0, topic=topic, payload=wire.encode(env)))
     (record,) = effects
     assert record.kind == "dropped" and "candidates" in record.fields["reason"]

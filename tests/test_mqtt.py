@@ -24,6 +24,7 @@ from fedstrata.mqtt import (
     suback_size,
     subscribe_packet_size,
     topic_matches,
+    up_filter,
     up_topic,
     validate_filter,
     validate_topic,
@@ -351,14 +352,24 @@ def test_other_packets() -> None:
 
 
 def test_topic_scheme() -> None:
-    assert up_topic("r1", "fog", "f3") == "fs/r1/fog/f3/up"
+    assert up_topic("r1", "fog", "f3", "client-2") == "fs/r1/fog/f3/up/client-2"
+    assert up_filter("r1", "fog", "f3") == "fs/r1/fog/f3/up/+"
     assert down_topic("r1", "fog", 3) == "fs/r1/fog/3/down"
     assert group_prefix("r1", "cloud", "root") == "fs/r1/cloud/root/"
     assert presence_topic("r1", "client-7") == "fs/r1/presence/client-7"
-    assert topic_matches(group_prefix("r1", "fog", "f3") + "#", up_topic("r1", "fog", "f3"))
+    up = up_topic("r1", "fog", "f3", "client-2")
+    assert topic_matches(group_prefix("r1", "fog", "f3") + "#", up)
+    # the aggregator's filter reads every child's topic, and nothing of another group
+    assert topic_matches(up_filter("r1", "fog", "f3"), up)
+    assert not topic_matches(up_filter("r1", "fog", "f3"), up_topic("r1", "fog", "f4", "c"))
+    assert not topic_matches(up_filter("r1", "fog", "f3"), down_topic("r1", "fog", "f3"))
     for bad in ("", "a/b", "+", "#", "$x"):
         with pytest.raises(ValidationError):
-            up_topic("r1", "fog", bad)
+            up_topic("r1", "fog", bad, "client-2")
+        with pytest.raises(ValidationError):
+            up_topic("r1", "fog", "f3", bad)  # the node names the topic: no wildcard
+        with pytest.raises(ValidationError):
+            up_filter("r1", "fog", bad)
     with pytest.raises(ValidationError):
         presence_topic("r/1", "n")
 

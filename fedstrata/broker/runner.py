@@ -33,12 +33,22 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiomqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from fedstrata.errors import (
+    NodeProtocolError,
+    TransportError,
+    ValidationError,
+    error_reason,
+    missing_extra,
+)
+
+try:
+    import aiomqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+except ImportError as exc:  # a usage error that names the extra, not a bug
+    raise missing_extra("mqtt", "the MQTT transport", exc) from exc
 
 from fedstrata.broker.endpoint import Endpoint, parse_broker_url
-from fedstrata.errors import NodeProtocolError, TransportError, ValidationError, error_reason
 from fedstrata.mqtt import PROTOCOL_MQTT5, PROTOCOL_MQTT311, Will, publish_packet_size
 from fedstrata.nodes.events import (
     CancelTimer,

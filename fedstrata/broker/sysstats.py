@@ -26,10 +26,14 @@ import threading
 import time
 from typing import Any
 
-import aiomqtt
+from fedstrata.errors import TransportError, missing_extra
+
+try:
+    import aiomqtt
+except ImportError as exc:  # a usage error that names the extra, not a bug
+    raise missing_extra("mqtt", "the MQTT transport", exc) from exc
 
 from fedstrata.broker.endpoint import Endpoint
-from fedstrata.errors import TransportError
 from fedstrata.mqtt import publish_packet_size
 
 __all__ = ["SYS_NOTE", "SYS_TOPICS", "BackgroundSysMonitor", "SysMonitor"]

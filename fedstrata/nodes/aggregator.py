@@ -35,7 +35,7 @@ import numpy as np
 
 from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.mqtt import config_topic, down_topic, member_topic, up_topic
+from fedstrata.mqtt import config_topic, down_topic, group_prefix, member_topic, up_filter, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.bodies import check_body, dropped
 from fedstrata.nodes.config import Address, ProtocolConfig
@@ -236,10 +236,12 @@ class AggregatorNode:
             if parent is None or self._layout is None
             else member_topic(protocol.run, parent.tier, parent.group, node_id)
         )
+        # children publish on up/<child>: the topic names the publisher
+        self._up_prefix = group_prefix(protocol.run, tier, node_id) + "up/"
         self._topics = (
-            up_topic(protocol.run, tier, node_id),
+            up_filter(protocol.run, tier, node_id),
             down_topic(protocol.run, tier, node_id),
-            None if parent is None else up_topic(protocol.run, parent.tier, parent.group),
+            None if parent is None else up_topic(protocol.run, parent.tier, parent.group, node_id),
             config_topic(protocol.run, tier, node_id),
             None if parent is None else config_topic(protocol.run, parent.tier, parent.group),
         )
@@ -311,7 +313,7 @@ class AggregatorNode:
                 return [dropped(self.node_id, str(exc), "garbage")]
             try:
                 check_body(env)  # the body's declared schema, before anything reads it
-                if event.topic == self._up():
+                if event.topic.startswith(self._up_prefix):
                     return self._on_update(env, len(event.payload))
                 if event.topic == self._topics[4]:
                     return self._on_parent_config(env)

@@ -166,7 +166,7 @@ class ClientNode:
         self.state = ClientState.NEW
         self._seen: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
-        self._up_topic = up_topic(protocol.run, parent.tier, parent.group)
+        self._up_topic = up_topic(protocol.run, parent.tier, parent.group, node_id)
         self._config_topic = config_topic(protocol.run, parent.tier, parent.group)
         self.config_id: str | None = None  # the run configuration the learner holds
         self._waiting: wire.Envelope | None = None  # a model whose configuration is due

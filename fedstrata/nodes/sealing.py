@@ -119,9 +119,9 @@ def aggregator_routes(
     Its ``up`` topic, where only its children speak, and (below a parent) its
     parent's topics as in :func:`client_routes`.
     """
-    routes = {
-        up_topic(run, tier, node_id): Route(frozenset(children), frozenset({"update", "secagg"}))
-    }
+    # one up topic per child, where only that child speaks
+    kinds = frozenset({"update", "secagg"})
+    routes = {up_topic(run, tier, node_id, c): Route(frozenset({c}), kinds) for c in children}
     if parent is not None:
         routes.update(client_routes(run, parent, node_id))
     return routes

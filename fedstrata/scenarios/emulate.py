@@ -129,7 +129,7 @@ def link_emulators(fed: Federation) -> dict[str, LinkEmulator]:
         ptier = fed.tiers[parent]
         out[node] = LinkEmulator(
             link_of(spec).with_windows(*windows.get(node, ())),
-            up=up_topic(run, ptier, parent),
+            up=up_topic(run, ptier, parent, node),
             down=down_topic(run, ptier, parent),
             config=config_topic(run, ptier, parent),
             rng=np.random.default_rng([sc.seed, 7, k]),

@@ -15,10 +15,10 @@ writes for a single-broker site (every tier on one broker) with a
   allowed to read every ``fs/#`` topic receives none of them;
 * client-1 connecting with client-0's client id neither disconnects client-0 nor
   takes its queued messages (the client id is pinned to the user name);
-* the shared ``up`` topic is the one place where a sibling can still claim another
-  child's id (the broker cannot read payloads); with per-node ``up`` topics
-  (``acl_text(per_node_up=True)``, for nodes that publish on ``up/{node}``) the
-  broker refuses that too, and a message's topic names its real publisher.
+* every child publishes its updates on its own ``up/{node}``: client-1 cannot write
+  client-0's (nor the group's bare ``up``), and what it writes on its own claiming
+  to be client-0 the aggregator's seal refuses as ``wrong_sender``, signed or not,
+  so the topic a message arrives on names its real publisher.
 """
 
 import secrets
@@ -34,10 +34,12 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from fedstrata import wire
-from fedstrata.broker.config import acl_text, mosquitto_conf
+from fedstrata.broker.config import acl_text
 from fedstrata.broker.endpoint import Endpoint
 from fedstrata.broker.launcher import PrivateBroker
-from fedstrata.privacy.signing import NodeKeys, sign
+from fedstrata.nodes.config import Address
+from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes
+from fedstrata.privacy.signing import AuthenticationError, NodeKeys, sign
 from fedstrata.scenarios.loader import load_scenario
 from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.run import simulate
@@ -264,22 +266,23 @@ def test_an_insider_cannot_publish_as_another_node(site):
         attacks += [
             ("client-1", f"fs/{run}/presence/client-0", payload(f"fs/{run}/presence/client-0")),
             ("client-1", f"{group}/up/client-0", payload(f"{group}/up/client-0")),
-            ("client-1", f"fs/{run}/fog/fog-1/up", payload(f"fs/{run}/fog/fog-1/up")),
+            ("client-1", f"{group}/up", payload(f"{group}/up")),  # the old shared topic
+            # another group's up, even under its own name
+            ("client-1", f"fs/{run}/fog/fog-1/up/client-1", payload(f"fs/{run}/fog/fog-1/up/c")),
         ]
     # the insider speaking for its aggregator, to its siblings and to the tier above
     for _, payload in _envelopes(run, "fog-0", "fog", kind="model"):
         for topic in (f"{group}/down", f"{group}/config", f"{group}/to/client-0"):
             attacks.append(("client-1", topic, payload(topic)))
-        attacks.append(
-            ("client-1", f"fs/{run}/cloud/cloud/up", payload(f"fs/{run}/cloud/cloud/up"))
-        )
-    assert len(attacks) == 3 * 3 + 3 * 4
+        up = f"fs/{run}/cloud/cloud/up/fog-0"
+        attacks.append(("client-1", up, payload(up)))
+    assert len(attacks) == 3 * 4 + 3 * 4
     own = wire.encode(
         wire.Envelope(kind="update", run=run, round=1, tier="edge", sender="client-1", body={})
     )
-    allowed = [("client-1", f"{group}/up", own)]
+    allowed = [("client-1", f"{group}/up/client-1", own)]
     got = _attack(port, site.folder, attacks, allowed)
-    assert got == [(f"{group}/up", own)]
+    assert got == [(f"{group}/up/client-1", own)]
     # MQTT 3.1.1 has no reason code: acknowledged, and dropped all the same
     audit = Watcher(port, "audit", ["fs/#"])
     try:
@@ -293,54 +296,60 @@ def test_an_insider_cannot_publish_as_another_node(site):
         audit.close()
 
 
-def test_the_shared_up_topic_is_where_a_sibling_can_still_claim_another_id(site):
-    # what the broker cannot bind while the children share their group's up topic:
-    # client-1's message claiming client-0 is accepted, and nothing in MQTT tells
-    # the aggregator who published it (only a signature with client-0's key can)
+def test_a_child_cannot_send_an_update_as_its_sibling(site):
+    # the ACL `fedstrata broker config` wrote: each child writes only its own up/{node};
+    # on that topic the aggregator's seal binds the envelope's sender to the topic
     run, port = f"r-{secrets.token_hex(3)}", site.broker.port
-    forged = wire.encode(
-        wire.Envelope(kind="update", run=run, round=1, tier="edge", sender="client-0", body={})
-    )
-    got = _attack(port, site.folder, [], [("client-1", f"fs/{run}/fog/fog-0/up", forged)])
-    assert got == [(f"fs/{run}/fog/fog-0/up", forged)]
-    assert wire.decode(got[0][1]).sender == "client-0"
-
-
-def test_per_node_up_topics_bind_the_sender(site, tmp_path):
-    # the ACL for nodes that publish on up/{node}: same users, same password file
-    tmp_path.chmod(0o755)
-    wiring = wire_topology(site.scenario)
-    acl = tmp_path / "per-node.acl"
-    acl.write_text(
-        acl_text(dict(wiring.parents), dict(wiring.tier_of), per_node_up=True)
-        + "\nuser audit\ntopic read fs/#\n"
-    )
-    conf = lambda port: mosquitto_conf(  # noqa: E731
-        "cloud",
-        port=port,
-        bind="127.0.0.1",
-        password_file=site.folder / "passwd",
-        acl_file=acl,
-    )
-    run = f"r-{secrets.token_hex(3)}"
     group = f"fs/{run}/fog/fog-0"
-    with PrivateBroker(config=conf) as broker:
-        attacks = []
-        for _, payload in _envelopes(run, "client-0", "edge"):
-            for topic in (f"{group}/up/client-0", f"{group}/up", f"{group}/up/fog-0"):
-                attacks.append(("client-1", topic, payload(topic)))
-        forged = wire.encode(
-            wire.Envelope(kind="update", run=run, round=1, tier="edge", sender="client-0", body={})
+    mine, theirs = f"{group}/up/client-1", f"{group}/up/client-0"
+    keys = {n: NodeKeys.derived(3, n) for n in site.nodes}
+
+    def update(sender):
+        return wire.encode(
+            wire.Envelope(kind="update", run=run, round=1, tier="edge", sender=sender, body={})
         )
-        allowed = [
-            ("client-0", f"{group}/up/client-0", b"from client-0"),
-            # the insider may only write its own topic: whatever its payload claims,
-            # the topic names client-1, and an aggregator checks sender == topic
-            ("client-1", f"{group}/up/client-1", forged),
-            ("fog-0", f"fs/{run}/cloud/cloud/up/fog-0", b"from fog-0"),
-        ]
-        got = _attack(broker.port, tmp_path, attacks, allowed)
+
+    claim = update("client-0")  # client-1's update, claiming to be client-0's
+    attacks = [
+        ("client-1", topic, payload)
+        for topic in (theirs, f"{group}/up", f"{group}/up/fog-0")
+        for payload in (claim, sign(claim, keys["client-1"], topic))
+    ]
+    genuine = [update("client-0"), sign(update("client-0"), keys["client-0"], theirs)]
+    forged = [claim, sign(claim, keys["client-1"], mine)]
+    allowed = [
+        *(("client-1", mine, p) for p in forged),  # its own topic: the broker lets it through
+        *(("client-0", theirs, p) for p in genuine),
+        ("fog-0", f"fs/{run}/cloud/cloud/up/fog-0", b"from fog-0"),
+    ]
+    got = _attack(port, site.folder, attacks, allowed)
     assert got == [(t, p) for _, t, p in allowed]
+    # a reader of everything saw on client-0's topic client-0's own messages only
+    assert [p for t, p in got if t == theirs] == genuine
+    # the aggregator fog-0 refuses client-1's claims (unsigned, or signed with its own
+    # key) as wrong_sender, and takes client-0's
+    wiring = wire_topology(site.scenario)
+    children = sorted(c for c, p in wiring.parents.items() if p == "fog-0")
+    assert {"client-0", "client-1"} <= set(children)
+    routes = aggregator_routes(run, "fog", "fog-0", children, Address("cloud", "cloud"))
+    public = {n: k.public_key for n, k in keys.items()}
+    seals = [PLAIN.bind(run, routes), Seal(keys["fog-0"], public).bind(run, routes)]
+    for seal, bad, good in zip(seals, forged, genuine, strict=True):
+        with pytest.raises(AuthenticationError) as info:
+            seal.decode(bad, mine)
+        assert (info.value.reason, info.value.sender) == ("wrong_sender", "client-0")
+        assert seal.decode(good, theirs).sender == "client-0"
+        assert seal.counts == {"wrong_sender": 1, "accepted": 1}
+
+
+def test_the_generated_acl_is_the_per_node_one(site):
+    # `fedstrata broker config` writes per-node up topics, the scheme the nodes use
+    wiring = wire_topology(site.scenario)
+    acl = (site.folder / "cloud.acl").read_text()
+    ours = acl_text(dict(wiring.parents), dict(wiring.tier_of), per_node_up=True)
+    assert all(line in acl.splitlines() for line in ours.splitlines())
+    assert "topic write fs/+/fog/fog-0/up/client-1" in acl.splitlines()
+    assert not [ln for ln in acl.splitlines() if ln.rstrip().endswith("/up")]
 
 
 def test_an_insider_cannot_take_over_a_node_session(site):

@@ -35,8 +35,9 @@ topology: {tiers: [{name: fog, count: 1}], clients: {count: 3}}
 algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
 protocol: {rule: sum, rounds: 8, tol: 1.0e-6, deadline_s: 30}
 """
-#: The topics the bridge carries (``bridge_text`` with ``cloud_id``): the cloud group's.
-UP, DOWN = "fs/{run}/cloud/cloud/up", "fs/{run}/cloud/cloud/down"
+#: The topics the bridge carries (``bridge_text`` with ``cloud_id``): the cloud group's,
+#: and of its ``up`` topics the fog's own (the one its user may write on the cloud broker).
+UP, DOWN = "fs/{run}/cloud/cloud/up/fog-0", "fs/{run}/cloud/cloud/down"
 CONFIG = "fs/{run}/cloud/cloud/config"  # the run's configuration: once, retained
 
 
@@ -157,7 +158,8 @@ def test_bridged_fog_and_cloud_brokers_carry_a_three_tier_run(tmp_path):
         def fog_conf(port):
             text = _site_config(tmp_path, "fog-0", port, "--bridge-to", f"127.0.0.1:{cloud.port}")
             assert (
-                "connection fs-bridge-fog-0" in text and "topic fs/+/cloud/cloud/up out 1" in text
+                "connection fs-bridge-fog-0" in text
+                and "topic fs/+/cloud/cloud/up/fog-0 out 1" in text
             )
             # the cloud broker has a password file: the bridge logs in as fog-0
             return text + f"remote_password {_password('fog-0')}\n"

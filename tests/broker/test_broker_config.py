@@ -57,21 +57,21 @@ def test_acl_rules_per_site():
     # a fog site: the fog node and its clients, nobody of fog-1's subtree, not the root
     assert sorted(sections) == ["client-0", "client-1", "fog-0"]
     assert sections["client-0"] == [
-        "topic write fs/+/fog/fog-0/up",
+        "topic write fs/+/fog/fog-0/up/client-0",
         "topic read fs/+/fog/fog-0/down",
         "topic read fs/+/fog/fog-0/config",
         "topic read fs/+/fog/fog-0/to/client-0",
     ]
     assert sections["fog-0"] == [
         # its own group, as the aggregator
-        "topic read fs/+/fog/fog-0/up",
+        "topic read fs/+/fog/fog-0/up/+",
         "topic write fs/+/fog/fog-0/down",
         "topic write fs/+/fog/fog-0/config",
         "topic write fs/+/fog/fog-0/to/+",
         "topic read fs/+/presence/client-0",
         "topic read fs/+/presence/client-1",
         # its parent's group, as a member
-        "topic write fs/+/cloud/cloud/up",
+        "topic write fs/+/cloud/cloud/up/fog-0",
         "topic read fs/+/cloud/cloud/down",
         "topic read fs/+/cloud/cloud/config",
         "topic read fs/+/cloud/cloud/to/fog-0",
@@ -91,9 +91,9 @@ def test_single_broker_site_gets_every_tier():
     lab = _sections(acl_text(PARENTS, TIERS, site="lab"))  # no node: every node too
     assert sorted(root) == sorted(everyone) == sorted(lab) == sorted([*PARENTS, "cloud"])
     assert root == everyone == lab
-    assert root["client-3"][0] == "topic write fs/+/fog/fog-1/up"
+    assert root["client-3"][0] == "topic write fs/+/fog/fog-1/up/client-3"
     assert root["cloud"][:4] == [
-        "topic read fs/+/cloud/cloud/up",
+        "topic read fs/+/cloud/cloud/up/+",
         "topic write fs/+/cloud/cloud/down",
         "topic write fs/+/cloud/cloud/config",
         "topic write fs/+/cloud/cloud/to/+",
@@ -103,8 +103,8 @@ def test_single_broker_site_gets_every_tier():
     tiers = {**TIERS, "region-0": "region"}
     region = _sections(acl_text(parents, tiers, site="region-0"))
     assert sorted(region) == sorted(set(parents) - {"region-0"} | {"region-0"})
-    assert "topic write fs/+/region/region-0/up" in region["fog-1"]
-    assert "topic write fs/+/cloud/cloud/up" in region["region-0"]
+    assert "topic write fs/+/region/region-0/up/fog-1" in region["fog-1"]
+    assert "topic write fs/+/cloud/cloud/up/region-0" in region["region-0"]
 
 
 def test_acl_with_per_node_up_topics_binds_the_sender():
@@ -126,6 +126,9 @@ def test_acl_with_per_node_up_topics_binds_the_sender():
     assert "\nuser " not in bare
     assert "pattern write fs/+/+/+/up/%u" in bare and "pattern read fs/+/+/%u/up/+" in bare
     assert "pattern read fs/+/+/%u/up\n" in acl_text(per_node_up=False)
+    # the default is the nodes' scheme: per-node up topics
+    assert acl_text(PARENTS, TIERS) == acl
+    assert acl_text() == bare
 
 
 def test_the_deploy_example_acl_is_what_broker_config_writes(tmp_path):
@@ -200,11 +203,13 @@ def test_conf_and_bridge_text():
     with pytest.raises(ValidationError, match="--tls-ca"):
         mosquitto_conf("x", tls_cert="/c", tls_key="/k", client_cert_identity=True)
     br = bridge_text("fog-0", "cloud.example:8883", cloud_id="cloud")
-    assert "address cloud.example:8883" in br and "topic fs/+/cloud/cloud/up out 1" in br
+    # the fog's updates cross on its own up topic, the one its user may write there
+    assert "address cloud.example:8883" in br and "topic fs/+/cloud/cloud/up/fog-0 out 1" in br
+    assert "/up out" not in br.replace("/up/fog-0 out", "")
     assert "topic fs/+/cloud/cloud/down in 1\ntopic fs/+/cloud/cloud/config in 1" in br
     assert "topic fs/r1/# both 1" in bridge_text("fog-0", "h:1", run="r1")
-    per_node = bridge_text("fog-0", "h:1", cloud_id="cloud", per_node_up=True)
-    assert "topic fs/+/cloud/cloud/up/fog-0 out 1" in per_node.splitlines()
+    shared = bridge_text("fog-0", "h:1", cloud_id="cloud", per_node_up=False)
+    assert "topic fs/+/cloud/cloud/up out 1" in shared.splitlines()
     with pytest.raises(ValidationError):
         mosquitto_conf("fog-0", tls_cert="/c")
     with pytest.raises(ValidationError):
@@ -235,8 +240,8 @@ async def _scenario(port):
     fog0_up, fog1_up, down = [], [], []
     ready = [asyncio.Event() for _ in range(3)]
     tasks = [
-        asyncio.create_task(_collect(port, "fog-0", "fs/r1/fog/fog-0/up", fog0_up, ready[0])),
-        asyncio.create_task(_collect(port, "fog-1", "fs/r1/fog/fog-1/up", fog1_up, ready[1])),
+        asyncio.create_task(_collect(port, "fog-0", "fs/r1/fog/fog-0/up/+", fog0_up, ready[0])),
+        asyncio.create_task(_collect(port, "fog-1", "fs/r1/fog/fog-1/up/+", fog1_up, ready[1])),
         asyncio.create_task(_collect(port, "client-1", "fs/r1/fog/fog-0/down", down, ready[2])),
     ]
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in ready)), 10)
@@ -245,9 +250,11 @@ async def _scenario(port):
         port,
         "client-0",
         [
-            ("fs/r1/fog/fog-1/up", b"not my parent"),
+            ("fs/r1/fog/fog-1/up/client-0", b"not my parent"),
+            ("fs/r1/fog/fog-0/up/client-1", b"not my topic: a sibling's"),
+            ("fs/r1/fog/fog-0/up", b"not my topic: the shared one"),
             ("fs/r1/fog/fog-0/down", b"not an aggregator"),
-            ("fs/r1/fog/fog-0/up", b"ok"),
+            ("fs/r1/fog/fog-0/up/client-0", b"ok"),
         ],
     )
     # one session per user (use_username_as_clientid): fog-0's publisher takes over
@@ -321,7 +328,7 @@ def test_mosquitto_enforces_the_generated_acl(tmp_path):
         proc.terminate()
         proc.wait(10)
         proc.stderr.close()
-    assert fog0_up == [("fs/r1/fog/fog-0/up", b"ok")]
+    assert fog0_up == [("fs/r1/fog/fog-0/up/client-0", b"ok")]
     assert fog1_up == []
     assert down == [("fs/r1/fog/fog-0/down", b"state")]
 

@@ -42,8 +42,9 @@ def _attack_after_first_model(broker, run_id: str, payloads: list[bytes]) -> thr
         try:
             if seen.wait(60):
                 for payload in payloads:
+                    # client-0's up topic: the malformed body claims to be client-0's
                     client.publish(
-                        up_topic(run_id, "cloud", "cloud"), payload, qos=1
+                        up_topic(run_id, "cloud", "cloud", "client-0"), payload, qos=1
                     ).wait_for_publish(10)
         finally:
             client.loop_stop()

@@ -16,7 +16,7 @@ import pytest
 
 from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.broker.runner import OFFLINE, ONLINE
-from fedstrata.mqtt import up_topic
+from fedstrata.mqtt import up_filter
 from fedstrata.scenarios import run_mqtt
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run import simulate
@@ -191,7 +191,7 @@ def test_garbage_truncated_and_replayed_updates_are_dropped(monkeypatch, mosquit
     captured = []
 
     async def sniff(fed):
-        topic = up_topic(fed.protocol.run, "cloud", sc.topology.cloud_id)
+        topic = up_filter(fed.protocol.run, "cloud", sc.topology.cloud_id)
         client = aiomqtt.Client(mosquitto.host, mosquitto.port, identifier=f"s-{time.time_ns()}")
         await client.__aenter__()
         await client.subscribe(topic, qos=1)

@@ -348,15 +348,20 @@ def _mosquitto_pub(site, user, topic, payload, version="mqttv5"):
 def test_the_broker_refuses_what_the_acl_denies(site):
     _tool("mosquitto_pub")
     run = "r1"
-    up = lambda group: f"fs/{run}/{'cloud' if group == 'cloud' else 'fog'}/{group}/up"  # noqa: E731
+
+    def up(group: str, node: str) -> str:
+        """``node``'s own update topic in ``group``: fs/r1/<tier>/<group>/up/<node>."""
+        return f"fs/{run}/{'cloud' if group == 'cloud' else 'fog'}/{group}/up/{node}"
+
     down = lambda group: f"fs/{run}/fog/{group}/down"  # noqa: E731
     presence = lambda node: f"fs/{run}/presence/{node}"  # noqa: E731
     audit = Subscriber(site, "audit", ["fs/#"])  # reads everything the broker routes
     try:
         # client-0 (child of fog-0) tries what it must not do
         denied = [
-            (up("fog-1"), "another group's up"),
-            (up("cloud"), "the tier above's up"),
+            (up("fog-1", "client-0"), "another group's up"),
+            (up("cloud", "client-0"), "the tier above's up"),
+            (up("fog-0", "client-1"), "a sibling's up"),
             (down("fog-0"), "its group's down"),
             (presence("client-1"), "another client's presence"),
         ]
@@ -369,10 +374,10 @@ def test_the_broker_refuses_what_the_acl_denies(site):
         assert rc == 0
         # then what is allowed, by the same clients: the watcher gets exactly these
         allowed = [
-            ("client-0", up("fog-0"), "update of client-0"),
+            ("client-0", up("fog-0", "client-0"), "update of client-0"),
             ("client-1", presence("client-1"), "online"),
-            ("client-2", up("fog-1"), "update of client-2"),
-            ("fog-0", up("cloud"), "update of fog-0"),
+            ("client-2", up("fog-1", "client-2"), "update of client-2"),
+            ("fog-0", up("cloud", "fog-0"), "update of fog-0"),
             ("fog-0", down("fog-0"), "state of fog-0"),
         ]
         for user, topic, payload in allowed:

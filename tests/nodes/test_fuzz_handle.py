@@ -213,9 +213,12 @@ def test_a_partial_of_another_phase_fails_the_round_instead_of_raising(captures,
     wrong = dataclasses.replace(cap.env, sender=other, body=lloyd.env.body)
     first = cap.env if role == "middle" else dataclasses.replace(cap.env, body=lloyd.env.body)
     effects = []
+    assert cap.signer is None  # ``wrong`` is another child's: cap's key could not sign it
     for env in (first, wrong):
         payload = fz.payload_of(cap, env)
-        effects += node.handle(Delivered(now=cap.now, topic=cap.topic, payload=payload))
+        # each child publishes on its own up topic: ``wrong`` on the other child's
+        topic = cap.topic.rsplit("/", 1)[0] + "/" + env.sender
+        effects += node.handle(Delivered(now=cap.now, topic=topic, payload=payload))
     for k in range(1, 5):  # the round closes at its deadline: nothing escapes then either
         effects += node.handle(TimerFired(now=cap.now + 1e4 * k, name="deadline"))
     kind = "round" if role == "root" else "aggregate"

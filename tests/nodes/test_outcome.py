@@ -130,7 +130,7 @@ def _huge_partial(sender):
         "objective": 1.0,
     }
     env = wire.Envelope(kind="update", run="t", round=1, tier="edge", sender=sender, body=body)
-    return Delivered(now=0.1, topic="fs/t/cloud/cloud/up", payload=wire.encode(env))
+    return Delivered(now=0.1, topic=f"fs/t/cloud/cloud/up/{sender}", payload=wire.encode(env))
 
 
 def test_a_non_finite_model_stops_the_run_at_once_as_diverged():
@@ -200,7 +200,7 @@ def test_a_fog_whose_children_sum_to_infinity_forwards_nothing():
     up = "fs/t/fog/fog-0/up"
     for child in ("a", "b"):
         d = _huge_partial(child)
-        out = fog.handle(Delivered(now=0.1, topic=up, payload=d.payload))
+        out = fog.handle(Delivered(now=0.1, topic=f"{up}/{child}", payload=d.payload))
     assert not any(isinstance(e, Publish) for e in out)
     dropped = [e.fields["reason"] for e in out if isinstance(e, Record) and e.kind == "dropped"]
     assert dropped == ["the children's partials sum to a non-finite value; nothing forwarded"]

@@ -192,10 +192,10 @@ def test_duplicates_and_garbage_are_counted_not_fatal():
     lb.start()
     lb.run(max_steps=3, until_quiet=False)  # setup model delivered, first replies in flight
     cloud = nodes["cloud"]
-    eff = cloud.handle(Delivered(now=0.0, topic="fs/t/cloud/cloud/up", payload=b"\x00garbage"))
+    eff = cloud.handle(Delivered(now=0.0, topic="fs/t/cloud/cloud/up/c0", payload=b"\x00garbage"))
     assert eff[0].kind == "dropped"
     # replay every update published so far: the second copy is a duplicate
-    ups = [p for name, p in lb.published if p.topic.endswith("/up")]
+    ups = [p for name, p in lb.published if p.topic.startswith("fs/t/cloud/cloud/up/")]
     for p in ups:
         cloud.handle(Delivered(now=0.0, topic=p.topic, payload=p.payload))
     out = cloud.handle(Delivered(now=0.0, topic=ups[0].topic, payload=ups[0].payload))
@@ -211,10 +211,15 @@ def test_update_from_stranger_is_foreign():
     env = wire.Envelope(
         kind="update", run="t", round=0, tier="edge", sender="mallory", body={"mode": "setup"}
     )
-    out = cloud.handle(Delivered(now=1.0, topic="fs/t/cloud/cloud/up", payload=wire.encode(env)))
-    # the seal refuses a sender that is not a child on the up topic, signed or not
-    assert out[0].kind == "rejected"
-    assert out[0].fields == {"node": "cloud", "reason": "wrong_sender", "sender": "mallory"}
+    # the seal refuses a sender that is not a child, signed or not: on a child's up
+    # topic the sender does not match the topic's; on its own, the topic is no route
+    for topic, reason in (
+        ("fs/t/cloud/cloud/up/c0", "wrong_sender"),
+        ("fs/t/cloud/cloud/up/mallory", "wrong_topic"),
+    ):
+        out = cloud.handle(Delivered(now=1.0, topic=topic, payload=wire.encode(env)))
+        assert out[0].kind == "rejected"
+        assert out[0].fields == {"node": "cloud", "reason": reason, "sender": "mallory"}
 
 
 def test_events_before_start_are_refused():
@@ -236,7 +241,7 @@ def test_client_publishes_bytes_and_compute():
     kinds = [type(e).__name__ for e in out]
     assert kinds == ["Compute", "Publish"]
     pub = out[1]
-    assert isinstance(pub, Publish) and pub.topic == "fs/t/cloud/cloud/up"
+    assert isinstance(pub, Publish) and pub.topic == "fs/t/cloud/cloud/up/c0"
     assert wire.decode(pub.payload).body["n"] == len(y)
 
 

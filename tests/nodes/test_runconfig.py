@@ -157,7 +157,7 @@ def test_hierfavg_middle_tier_waits_for_the_config_then_relays_it_and_runs_its_p
         period=2,
     )
     subs = fog.handle(Started(now=0.0))
-    assert [s.pattern for s in subs] == ["fs/t/fog/f0/up", CONFIG, DOWN]
+    assert [s.pattern for s in subs] == ["fs/t/fog/f0/up/+", CONFIG, DOWN]
     assert fog.handle(Delivered(now=1.0, topic=DOWN, payload=model_payload(1, cid))) == []
     effects = fog.handle(Delivered(now=2.0, topic=CONFIG, payload=cfg_payload(ex)))
     pubs = [e for e in effects if isinstance(e, Publish)]

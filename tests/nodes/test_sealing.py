@@ -38,7 +38,9 @@ from .helpers import Loopback
 from .test_secure_aggregation import INIT, SHAPE, protocol, views
 
 NAMES = ["cloud", *(f"client-{i}" for i in range(4))]
-UP, DOWN = "fs/t/cloud/cloud/up", "fs/t/cloud/cloud/down"
+# client-0's and client-1's up topics: each child publishes its updates on its own
+UP, UP1 = "fs/t/cloud/cloud/up/client-0", "fs/t/cloud/cloud/up/client-1"
+DOWN = "fs/t/cloud/cloud/down"
 
 
 def federation(sign: bool, rounds: int = 3, mode: str = "none", run: str = "t"):
@@ -129,8 +131,8 @@ def test_forged_unsigned_unknown_and_replayed_messages_are_refused_by_reason():
     reasons = sorted(r["reason"] for r in lb.kinds("rejected"))
     assert reasons == ["forged", "forged", "replay", "unknown_sender", "unsigned"]
     # ... and a redelivery within its round passes the seal: the node sees a duplicate
-    latest = [p.payload for n, p in lb.published if n == "client-1" and p.topic == UP][-1]
-    assert nodes["cloud"]._seal.decode(latest, UP).sender == "client-1"
+    latest = [p.payload for n, p in lb.published if n == "client-1" and p.topic == UP1][-1]
+    assert nodes["cloud"]._seal.decode(latest, UP1).sender == "client-1"
     assert lb.results["cloud"]["iterations"] == 3  # the run went on undisturbed
     assert all(r["participants"] == 4 for r in lb.kinds("aggregate"))
 
@@ -161,7 +163,7 @@ def test_another_runs_message_is_refused_even_on_its_own_topic():
     # message published for run b by someone who writes "a" in it is refused too
     nodes, keys = federation(True, run="b")
     env = wire.Envelope(kind="update", run="a", round=1, tier="edge", sender="client-0", body={})
-    topic = "fs/b/cloud/cloud/up"
+    topic = "fs/b/cloud/cloud/up/client-0"
     seal = nodes["cloud"]._seal
     with pytest.raises(AuthenticationError) as info:
         seal.decode(keys["client-0"].sign(wire.encode(env), topic), topic)
@@ -196,8 +198,12 @@ def test_a_message_republished_on_another_topic_is_refused():
     assert info.value.reason == "wrong_topic"
     # a topic the node does not listen to at all
     with pytest.raises(AuthenticationError) as info:
-        cloud.decode(update.payload, "fs/t/fog/fog-0/up")
+        cloud.decode(update.payload, "fs/t/fog/fog-0/up/client-0")
     assert info.value.reason == "wrong_topic"
+    # client-0's update re-published on client-1's up topic: only client-1 speaks there
+    with pytest.raises(AuthenticationError) as info:
+        cloud.decode(update.payload, UP1)
+    assert info.value.reason == "wrong_sender"
     assert cloud.decode(update.payload, UP).sender == "client-0"
 
 
@@ -209,8 +215,10 @@ def test_a_rewritten_sender_is_refused():
         dataclasses.replace(env, sender="client-1")
     )
     seal = nodes["cloud"]._seal
+    # published on client-1's own up topic, where its sender fits the topic: the
+    # signature (client-0's, for client-0's topic) does not verify as client-1's
     with pytest.raises(AuthenticationError) as info:
-        seal.decode(as_client1, UP)
+        seal.decode(as_client1, UP1)
     assert info.value.reason == "forged"
     # the root speaking as a child: signed by the root, but the root is no child of its own
     as_root = dataclasses.replace(env, sender="cloud")
@@ -240,6 +248,13 @@ def test_unsigned_nodes_check_the_run_the_topic_and_the_sender_too():
         with pytest.raises(AuthenticationError) as info:
             seal.decode(wire.encode(bad), topic)
         assert info.value.reason == reason
+    # a child's genuine-looking update on a sibling's up topic: the topic names its sender
+    with pytest.raises(AuthenticationError) as info:
+        seal.decode(wire.encode(env), UP1)
+    assert info.value.reason == "wrong_sender"
+    assert seal.decode(wire.encode(dataclasses.replace(env, sender="client-1")), UP1).sender == (
+        "client-1"
+    )
     # through handle: recorded as rejected, with the reason, never raised
     nodes["client-2"].handle(Started(now=0.0))
     out = nodes["client-2"].handle(
@@ -249,9 +264,16 @@ def test_unsigned_nodes_check_the_run_the_topic_and_the_sender_too():
 
 
 def test_routes_of_a_middle_tier_and_presence_topics():
-    routes = aggregator_routes("r", "fog", "fog-0", ["client-0"], Address("cloud", "cloud"))
+    routes = aggregator_routes(
+        "r", "fog", "fog-0", ["client-0", "client-1"], Address("cloud", "cloud")
+    )
     assert routes == {
-        "fs/r/fog/fog-0/up": Route(frozenset({"client-0"}), frozenset({"update", "secagg"})),
+        "fs/r/fog/fog-0/up/client-0": Route(
+            frozenset({"client-0"}), frozenset({"update", "secagg"})
+        ),
+        "fs/r/fog/fog-0/up/client-1": Route(
+            frozenset({"client-1"}), frozenset({"update", "secagg"})
+        ),
         "fs/r/cloud/cloud/down": Route(frozenset({"cloud"}), frozenset({"model"})),
         "fs/r/cloud/cloud/config": Route(frozenset({"cloud"}), frozenset({"control"})),
         "fs/r/cloud/cloud/to/fog-0": Route(frozenset({"cloud"}), frozenset({"secagg"})),

@@ -290,7 +290,9 @@ def test_a_plaintext_update_never_enters_a_secure_round():
     plain = wire.Envelope(
         kind="update", run="t", round=1, tier="edge", sender="client-0", body={"mode": "stats"}
     )
-    lb._apply("client-0", [Publish(topic="fs/t/cloud/cloud/up", payload=wire.encode(plain))])
+    lb._apply(
+        "client-0", [Publish(topic="fs/t/cloud/cloud/up/client-0", payload=wire.encode(plain))]
+    )
     lb.run()
     assert any("plaintext" in r["reason"] for r in lb.kinds("dropped"))
     [closing] = root.closings

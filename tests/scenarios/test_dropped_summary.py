@@ -60,7 +60,9 @@ class Outsider:
 
 def test_a_simulated_run_counts_garbage_and_malformed_bodies_at_the_root(monkeypatch):
     sc = parse_scenario(SCENARIO)
-    topic = up_topic(sc.name, "cloud", "cloud")
+    # client-0's own up topic: the malformed body claims to be client-0's (in the
+    # simulator nothing binds topics to publishers; a real broker's ACL would)
+    topic = up_topic(sc.name, "cloud", "cloud", "client-0")
 
     def build(*args: Any, **kwargs: Any) -> Any:
         fed = build_federation(*args, **kwargs)

@@ -109,7 +109,10 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
     fed, summary, _ = simulate(sc, events=True)
     sends = [e for e in fed.sim.events if e["ev"] == "send" and e.get("wire", True)]
     assert summary["bytes_total"] == sum(e["bytes"] for e in sends)
-    assert summary["bytes_up"] == sum(e["bytes"] for e in sends if e["topic"].endswith("/up"))
+    ups = [e for e in sends if e["topic"].rsplit("/", 2)[-2] == "up"]
+    # every client publishes its updates on its own up topic (the root is co-located)
+    assert ups and all(e["topic"] == f"fs/flat/cloud/cloud/up/{e['src']}" for e in ups)
+    assert summary["bytes_up"] == sum(e["bytes"] for e in ups)
     # analytic: setup round, R iteration rounds, one final broadcast; two clients, no loss
     run, R = "flat", summary["rounds"]
     c, dims, H = 4, (2, 2), 2
@@ -132,13 +135,14 @@ def test_bytes_total_matches_event_log_and_analytic_formula(tmp_path):
             "body": body,
         }
 
-    down, up = f"fs/{run}/cloud/cloud/down", f"fs/{run}/cloud/cloud/up"
+    down = f"fs/{run}/cloud/cloud/down"
     config = f"fs/{run}/cloud/cloud/config"
     cid = "0" * 16  # the configuration's id: 16 hex digits; its size is what counts
     total = 0
     ns = [len(idx) for idx in fed.client_indices.values()]
     all_n = {"refs": [dict(x, count=sum(ns)) for x in refs["refs"]]}
     for k, n in enumerate(ns):
+        up = f"fs/{run}/cloud/cloud/up/client-{k}"  # each client's own up topic
         refs_n = {"refs": [dict(r, count=n) for r in refs["refs"]]}
         setup_down = _size(env("model", 0, "cloud", "cloud", {"phase": "setup"}))
         setup_up = _size(

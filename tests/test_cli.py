@@ -221,8 +221,13 @@ def test_ctrl_c_leaves_a_valid_interrupted_record(tmp_path, sig):
         text=True,
     )
     deadline = time.monotonic() + 60
-    while not (out / "scenario.yaml").exists() and time.monotonic() < deadline:
+
+    def staged() -> bool:  # the record is staged in a hidden folder until it is complete
+        return any(out.glob(".fedstrata-stage-*/scenario.yaml"))
+
+    while not staged() and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert staged(), "the run never started its record"
     time.sleep(2.0)  # well inside the simulation
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)

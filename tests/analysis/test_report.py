@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
+from tests.chromium import screenshot
+
 EXE = shutil.which("fedstrata")
-CHROMIUM = next(
-    (p for p in ("/usr/bin/chromium", shutil.which("chromium")) if p and Path(p).exists()), None
-)
 
 TINY = """\
 name: report-tiny
@@ -98,27 +95,7 @@ def test_report_md_references_its_images(record: Path) -> None:
 
 
 def test_report_renders_in_chromium(record: Path, tmp_path: Path) -> None:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing on CI")
-        pytest.skip("chromium is not installed")
-    shot = tmp_path / "shot.png"
-    res = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            f"--screenshot={shot}",
-            "--window-size=1200,2000",
-            (record / "report.html").resolve().as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert shot.is_file(), res.stderr[-2000:]
-    pixels = np.asarray(mpimg.imread(shot))
+    pixels = screenshot(record / "report.html", tmp_path / "shot.png", 1200, 2000)
     assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
     rgb = pixels[..., :3]
     assert float(rgb.var()) > 0.002  # not a blank page

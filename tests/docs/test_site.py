@@ -12,14 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from matplotlib import image as mpimg
+
+from tests.chromium import screenshot
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = next(
-    (p for p in ("/usr/bin/chromium", shutil.which("chromium")) if p and Path(p).exists()), None
-)
 
 
 def mkdocs_build(config_dir: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -135,27 +132,7 @@ def test_a_stale_api_reference_fails_the_build(tmp_path: Path) -> None:
 
 
 def test_front_page_renders_in_chromium(site: Path, tmp_path: Path) -> None:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing on CI")
-        pytest.skip("chromium is not installed")
-    shot = tmp_path / "front.png"
-    res = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            f"--screenshot={shot}",
-            "--window-size=1280,1000",
-            (site / "index.html").resolve().as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert shot.is_file(), res.stderr[-2000:]
-    rgb = np.asarray(mpimg.imread(shot))[..., :3]
+    rgb = screenshot(site / "index.html", tmp_path / "front.png", 1280, 1000)[..., :3]
     assert rgb.shape[:2] == (1000, 1280)
     assert float(rgb.var()) > 0.002  # not a blank page
     # the Material header bar: the top rows are one dark colour, the body mostly white

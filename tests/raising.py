@@ -5,7 +5,10 @@ Used by the crash tests of every runner (simulator, MQTT runner, ``fedstrata nod
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 from fedstrata.nodes.events import Delivered, Event
 
@@ -30,3 +33,22 @@ class RaisingNode:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def raise_in_run(
+    monkeypatch: pytest.MonkeyPatch, runner: ModuleType, node_id: str, after: int, exc: Exception
+) -> None:
+    """Make ``node_id`` of the federations ``runner`` builds a :class:`RaisingNode`.
+
+    ``runner`` is the module whose ``build_federation`` a run calls
+    (``fedstrata.scenarios.run`` or ``fedstrata.scenarios.run_mqtt``).
+    """
+    build_federation = runner.build_federation
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        fed = build_federation(*args, **kwargs)
+        ns = fed.sim.engine.nodes[node_id]
+        ns.node = RaisingNode(ns.node, after, exc)
+        return fed
+
+    monkeypatch.setattr(runner, "build_federation", build)

@@ -18,10 +18,9 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from fedstrata.scenarios import run_mqtt as run_mqtt_module
-from fedstrata.scenarios.build import build_federation
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt
-from tests.raising import RaisingNode
+from tests.raising import raise_in_run
 
 pytestmark = pytest.mark.broker
 
@@ -35,18 +34,8 @@ protocol: {rule: sum, rounds: 5, tol: 0.0, deadline_s: 1.5, quorum: 0.5}
 """
 
 
-def _failing(monkeypatch: pytest.MonkeyPatch, node_id: str, after: int, exc: Exception) -> None:
-    def build(*args: Any, **kwargs: Any) -> Any:
-        fed = build_federation(*args, **kwargs)
-        ns = fed.sim.engine.nodes[node_id]
-        ns.node = RaisingNode(ns.node, after, exc)
-        return fed
-
-    monkeypatch.setattr(run_mqtt_module, "build_federation", build)
-
-
 def test_a_client_that_raises_is_crashed_and_the_others_finish(mosquitto, monkeypatch):
-    _failing(monkeypatch, "client-1", 3, TypeError("unhashable type: 'list'"))
+    raise_in_run(monkeypatch, run_mqtt_module, "client-1", 3, TypeError("unhashable type: 'list'"))
     _, summary, rows = mqtt_run(
         parse_scenario(SCENARIO), mosquitto.host, mosquitto.port, timeout_s=60
     )
@@ -62,7 +51,7 @@ def test_a_client_that_raises_is_crashed_and_the_others_finish(mosquitto, monkey
 
 
 def test_a_root_that_raises_ends_the_run_stalled_at_once(mosquitto, monkeypatch):
-    _failing(monkeypatch, "cloud", 4, ValueError("phase must be a string"))
+    raise_in_run(monkeypatch, run_mqtt_module, "cloud", 4, ValueError("phase must be a string"))
     t0 = time.monotonic()
     _, summary, _ = mqtt_run(parse_scenario(SCENARIO), mosquitto.host, mosquitto.port, timeout_s=60)
     assert time.monotonic() - t0 < 30  # not the 60 s wall-clock limit

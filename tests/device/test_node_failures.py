@@ -23,6 +23,7 @@ from fedstrata.device.node import run_node
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.mqtt_nodes import idle_timeout_s
 from tests.device.conftest import EXE, node_json, start_node, write_deployment
+from tests.device.test_node_mqtt import finish
 from tests.raising import RaisingNode
 
 FAST = """\
@@ -45,20 +46,6 @@ def _raising(monkeypatch: pytest.MonkeyPatch, after: int, exc: Exception) -> Non
     monkeypatch.setattr(NodeConfig, "build", wrapped)
 
 
-def _finish(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, tuple]:
-    results = {}
-    try:
-        for nid, p in procs.items():
-            out, err = p.communicate(timeout=timeout)
-            results[nid] = (p.returncode, out, err)
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    return results
-
-
 @pytest.mark.broker
 def test_a_client_that_raises_is_crashed_and_the_run_finishes(mosquitto, tmp_path, monkeypatch):
     configs = write_deployment(
@@ -67,7 +54,7 @@ def test_a_client_that_raises_is_crashed_and_the_run_finishes(mosquitto, tmp_pat
     others = {nid: start_node(path) for nid, path in configs.items() if nid != "client-1"}
     _raising(monkeypatch, 2, KeyError("phase"))
     outcome = run_node(load_node_config(configs["client-1"]), command=["test"])
-    results = _finish(others, 60)
+    results = finish(others, 60)
     assert outcome.status == "crashed" and outcome.exit_code == 1
     assert outcome.reason == "client-1 crashed: KeyError: 'phase'"
     assert node_json(tmp_path, "client-1")["status"] == "crashed"
@@ -103,7 +90,7 @@ def test_clients_of_a_root_that_raises_end_after_the_idle_limit(mosquitto, tmp_p
     assert root["run_status"] == "stalled" and root["status"] == "crashed"
     limit = idle_timeout_s(parse_scenario(FAST))
     assert limit == 3.0  # 3 round deadlines of 1 s, one aggregator level
-    results = _finish(clients, 30)
+    results = finish(clients, 30)
     for nid, (code, out, err) in results.items():
         assert code == 1, (nid, out, err)
         assert "Traceback" not in err

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from fedstrata.scenarios import run as run_module
-from fedstrata.scenarios.build import build_federation
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run import simulate
-from tests.raising import RaisingNode
+from tests.raising import raise_in_run
 
 SCENARIO = """
 name: failing
@@ -28,21 +25,11 @@ protocol: {rule: sum, rounds: 6, tol: 0.0, deadline_s: 5, quorum: 0.5}
 """
 
 
-def _failing(monkeypatch: pytest.MonkeyPatch, node_id: str, after: int, exc: Exception) -> None:
-    def build(*args: Any, **kwargs: Any) -> Any:
-        fed = build_federation(*args, **kwargs)
-        ns = fed.sim.engine.nodes[node_id]
-        ns.node = RaisingNode(ns.node, after, exc)
-        return fed
-
-    monkeypatch.setattr(run_module, "build_federation", build)
-
-
 def test_a_client_that_raises_is_crashed_and_the_run_finishes(monkeypatch):
     sc = parse_scenario(SCENARIO)
     fed0, clean, clean_rows = simulate(sc)
     client = sorted(fed0.client_indices)[1]
-    _failing(monkeypatch, client, 2, TypeError("unhashable type: 'list'"))
+    raise_in_run(monkeypatch, run_module, client, 2, TypeError("unhashable type: 'list'"))
     fed, summary, rows = simulate(sc, events=True)
     assert summary["status"] in ("converged", "round_limit")
     assert summary["rounds"] == clean["rounds"]
@@ -71,7 +58,7 @@ def test_a_client_that_raises_is_crashed_and_the_run_finishes(monkeypatch):
 
 
 def test_a_root_that_raises_ends_the_run_stalled_with_the_reason(monkeypatch):
-    _failing(monkeypatch, "cloud", 3, ValueError("phase must be a string"))
+    raise_in_run(monkeypatch, run_module, "cloud", 3, ValueError("phase must be a string"))
     _, summary, _ = simulate(parse_scenario(SCENARIO))
     assert summary["status"] == "stalled"
     assert "ValueError: phase must be a string" in summary["reason"]

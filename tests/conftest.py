@@ -30,6 +30,7 @@ SLOW_MODULES = (
     "scenarios/test_sweep.py",
     "scenarios/test_secure_runs.py",
     "scenarios/test_examples.py",
+    "scenarios/test_golden_records.py",
     "scenarios/test_corpus.py",
     "analysis/test_report.py",
     "test_cli.py",

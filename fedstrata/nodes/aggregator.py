@@ -63,10 +63,9 @@ from fedstrata.nodes.runconfig import (
 )
 from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember, member_answer
+from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
 from fedstrata.privacy.secagg import ServerPhase
 from fedstrata.privacy.signing import AuthenticationError
-from fedstrata.protocols import strategy_for
-from fedstrata.protocols.strategy import Closing, Contribution, Strategy
 from fedstrata.protocols.sync import SyncRounds
 
 __all__ = ["AggregatorNode", "AggregatorState", "RunStatus"]

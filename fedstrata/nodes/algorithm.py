@@ -262,7 +262,7 @@ def register_algorithm(model_type: type, factory: Factory) -> None:
 
 def algorithm_for(model: Any, protocol: Any, shape: Any) -> Algorithm:
     """The registered algorithm plug-in for a model's hyper-parameters and a protocol."""
-    import fedstrata.plugins  # noqa: F401  (registers the built-in families)
+    import fedstrata.registry  # noqa: F401  (registers the built-in families; see there)
 
     for model_type, factory in _FACTORIES:
         if isinstance(model, model_type):

@@ -1,7 +1,7 @@
 """Asynchronous aggregation: FedAsync (mix every arrival) and FedBuff (every K arrivals).
 
 Both keep, for every child, its current *share* of an additive aggregate
-(:class:`~fedstrata.protocols.strategy.Ledger`) and step the global model from the
+(:class:`~fedstrata.nodes.strategy.Ledger`) and step the global model from the
 sum of all shares, so a child that has not answered lately still counts by its last
 contribution. An arriving partial computed on version τ while the model is at
 version t (staleness t − τ) moves its child's share by the weight
@@ -31,8 +31,8 @@ from typing import Any
 
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.algorithm import Algorithm
+from fedstrata.nodes.strategy import Closing, Contribution, Ledger, Strategy
 from fedstrata.protocols.staleness import staleness_weight
-from fedstrata.protocols.strategy import Closing, Contribution, Ledger, Strategy
 
 __all__ = ["FedAsync", "FedBuff"]
 

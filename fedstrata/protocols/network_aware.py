@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedstrata.nodes.algorithm import Algorithm
+from fedstrata.nodes.strategy import Closing, Contribution
 from fedstrata.protocols.adaptive import (
     COMPRESSIONS,
     KERNEL_FS,
@@ -34,7 +35,6 @@ from fedstrata.protocols.adaptive import (
     choose_plan,
     default_candidates,
 )
-from fedstrata.protocols.strategy import Closing, Contribution
 from fedstrata.protocols.sync import SyncRounds
 
 __all__ = ["AdaptiveRounds"]

@@ -25,7 +25,7 @@ from typing import Any
 
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.algorithm import Algorithm
-from fedstrata.protocols.strategy import Closing, Contribution, Ledger, Strategy
+from fedstrata.nodes.strategy import Closing, Contribution, Ledger, Strategy
 
 __all__ = ["STRAGGLER_POLICIES", "SyncRounds"]
 

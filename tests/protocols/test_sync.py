@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedstrata.errors import ValidationError
-from fedstrata.protocols.strategy import Closing, Contribution
+from fedstrata.nodes.strategy import Closing, Contribution
 from fedstrata.protocols.sync import SyncRounds
 
 

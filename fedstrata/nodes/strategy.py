@@ -24,13 +24,22 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from fedstrata.errors import NodeProtocolError
 from fedstrata.nodes.algorithm import Algorithm
 
-__all__ = ["Closing", "Contribution", "Ledger", "Strategy"]
+__all__ = [
+    "Closing",
+    "Contribution",
+    "Ledger",
+    "Strategy",
+    "StrategyFactory",
+    "register_strategy",
+    "strategy_for",
+]
 
 
 @dataclass(frozen=True)
@@ -144,3 +153,72 @@ class Strategy(ABC):
     def describe(self) -> dict[str, Any]:
         """The strategy's settings, for the run's records."""
         return {"kind": self.kind}
+
+
+class StrategyFactory(Protocol):
+    """Builds the strategy of one aggregator for a protocol kind (see :func:`strategy_for`)."""
+
+    def __call__(
+        self,
+        protocol: Any,
+        children: Sequence[str],
+        *,
+        quorum: float,
+        seed: int,
+        root: bool,
+        deadline_s: float,
+        clients_below: bool,
+        compressions: Sequence[str],
+    ) -> Strategy:
+        """The strategy of one aggregator (arguments as :func:`strategy_for`'s)."""
+        ...
+
+
+_KINDS: dict[str, StrategyFactory] = {}
+
+
+def register_strategy(kind: str, factory: StrategyFactory) -> None:
+    """Make :func:`strategy_for` build ``factory(...)`` for ``protocol.kind == kind``.
+
+    Called by the composition root (:mod:`fedstrata.registry`) for every protocol kind;
+    the nodes themselves know none.
+    """
+    _KINDS[kind] = factory
+
+
+def strategy_for(
+    protocol: Any,
+    children: Sequence[str],
+    *,
+    quorum: float,
+    seed: int,
+    root: bool,
+    deadline_s: float,
+    clients_below: bool = True,
+    compressions: Sequence[str] = (),
+) -> Strategy:
+    """The strategy of an aggregator under ``protocol`` (its ``kind`` picks the factory).
+
+    ``root``: whether the aggregator is the root (most kinds run synchronous rounds in
+    middle tiers); ``clients_below``: whether its children are clients (client sampling
+    and per-client plans apply there); ``compressions``: the algorithm's uplink
+    compressions, for kinds that choose among them.
+    """
+    import fedstrata.registry  # noqa: F401  (registers the built-in kinds; see there)
+
+    try:
+        factory = _KINDS[protocol.kind]
+    except KeyError:
+        raise NodeProtocolError(
+            f"no protocol kind {protocol.kind!r} is registered (known: {sorted(_KINDS)})"
+        ) from None
+    return factory(
+        protocol,
+        children,
+        quorum=quorum,
+        seed=seed,
+        root=root,
+        deadline_s=deadline_s,
+        clients_below=clients_below,
+        compressions=compressions,
+    )

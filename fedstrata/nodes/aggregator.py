@@ -54,6 +54,7 @@ from fedstrata.nodes.events import (
     TimerFired,
 )
 from fedstrata.nodes.messages import Shape
+from fedstrata.nodes.rounds import SyncRounds
 from fedstrata.nodes.runconfig import (
     CONFIG_FIELD,
     config_id,
@@ -66,7 +67,6 @@ from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember, mem
 from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
 from fedstrata.privacy.secagg import ServerPhase
 from fedstrata.privacy.signing import AuthenticationError
-from fedstrata.protocols.sync import SyncRounds
 
 __all__ = ["AggregatorNode", "AggregatorState", "RunStatus"]
 

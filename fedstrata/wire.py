@@ -369,7 +369,8 @@ def _pack_array(arr: np.ndarray[Any, Any]) -> msgpack.ExtType:
     header = struct.pack(f"<BB{arr.ndim}I", code, arr.ndim, *arr.shape)
     # Little-endian, C-contiguous; no copy when the array already is.
     data = np.ascontiguousarray(arr, dtype=DTYPE_CODES[code])
-    return msgpack.ExtType(EXT_NDARRAY, b"".join((header, data)))
+    # .data: the array's own buffer (a memoryview), which join reads without another copy
+    return msgpack.ExtType(EXT_NDARRAY, b"".join((header, data.data)))
 
 
 # --------------------------------------------------------------------- decoding

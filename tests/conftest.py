@@ -35,6 +35,7 @@ SLOW_MODULES = (
     "analysis/test_report.py",
     "test_cli.py",
     "test_cli_init_schema.py",
+    "test_types.py",
     "docs/",
 )
 """Paths under ``tests/`` whose every test is slow (a folder ends with ``/``)."""

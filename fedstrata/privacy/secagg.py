@@ -809,12 +809,13 @@ class SecAggServer:
         self._reveals: dict[str, tuple[dict[str, bytes], dict[str, bytes]]] = {}
 
     def _received(self) -> Mapping[str, object]:
-        return {
+        received: dict[ServerPhase, Mapping[str, object]] = {
             ServerPhase.KEYS: self._keys,
             ServerPhase.SHARES: self._ciphertexts,
             ServerPhase.MASKED: self._masked,
             ServerPhase.REVEAL: self._reveals,
-        }.get(self.phase, {})
+        }
+        return received.get(self.phase, {})
 
     @property
     def waiting_for(self) -> frozenset[str]:

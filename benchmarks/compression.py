@@ -36,7 +36,7 @@ import yaml
 from fedstrata import wire
 from fedstrata.algorithms.compression import encoded_size
 from fedstrata.algorithms.multiview import Stats
-from fedstrata.nodes.messages import COMPRESSED_FIELDS, compress_partial, stats_partial
+from fedstrata.plugins.messages import COMPRESSED_FIELDS, compress_partial, stats_partial
 from fedstrata.scenarios.run import simulate
 from fedstrata.scenarios.schema import Scenario
 

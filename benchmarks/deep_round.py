@@ -80,7 +80,7 @@ import numpy as np  # noqa: E402
 from fedstrata.algorithms.deep import DeepModel, require_torch  # noqa: E402
 from fedstrata.algorithms.tensor._common import minmax_scale_views  # noqa: E402
 from fedstrata.nodes.config import ProtocolConfig  # noqa: E402
-from fedstrata.nodes.messages import Shape  # noqa: E402
+from fedstrata.plugins.messages import Shape  # noqa: E402
 from fedstrata.scenarios.datasets import multiple_features  # noqa: E402
 from fedstrata.wire import VERSION, Envelope, encode  # noqa: E402
 

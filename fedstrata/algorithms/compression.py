@@ -5,7 +5,7 @@ a value :mod:`fedstrata.wire` can carry, :func:`decode` checks such a value agai
 expected shape and turns it back into float64, raising
 :class:`~fedstrata.errors.ValidationError` for anything malformed. Which arrays of a
 message are compressed, and how a message says so, is
-:mod:`fedstrata.nodes.messages`' business.
+:mod:`fedstrata.plugins.messages`' business.
 
 Schemes
 -------

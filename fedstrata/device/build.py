@@ -27,8 +27,8 @@ from fedstrata.errors import ValidationError
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address
-from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.sealing import Seal
+from fedstrata.plugins.messages import Shape
 from fedstrata.scenarios.build import model_of, node_timing, protocol_config
 from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.schema import Scenario
@@ -160,7 +160,7 @@ def build_node(
             protocol=protocol,
             seed=client_seed(sc.seed, j),
             view_ids=ids,
-            dims=dims,
+            shape=shape,
             seal=seal,
         )
         return DeviceNode(client, "client", "edge", parent)

@@ -53,7 +53,6 @@ from fedstrata.nodes.events import (
     Subscribe,
     TimerFired,
 )
-from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.rounds import SyncRounds
 from fedstrata.nodes.runconfig import (
     CONFIG_FIELD,
@@ -115,7 +114,9 @@ class AggregatorNode:
     parent
         Its parent's address, or None for the root.
     model, shape
-        The algorithm's hyper-parameters and message sizes; the plug-in is looked up
+        The algorithm's hyper-parameters and message sizes (opaque to the node: the
+        plug-in's own, e.g. :class:`~fedstrata.plugins.messages.Shape`); the plug-in
+        is looked up
         with :func:`~fedstrata.nodes.algorithm.algorithm_for` unless ``algorithm`` is
         given.
     protocol
@@ -145,7 +146,7 @@ class AggregatorNode:
         children: Sequence[str],
         parent: Address | None,
         model: Any,
-        shape: Shape,
+        shape: Any,
         protocol: ProtocolConfig,
         deadline_s: float,
         quorum: float = 1.0,

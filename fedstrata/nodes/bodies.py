@@ -23,7 +23,7 @@ body kind              schema
 =====================  ===============================================================
 
 The *algorithm's* fields (centres, statistics, network weights, ...) have shapes
-that only the plug-in knows; its readers (:mod:`fedstrata.nodes.messages`,
+that only the plug-in knows; its readers (:mod:`fedstrata.plugins.messages`,
 ``Algorithm.check_partial``/``check_setup``/``read_model``, ``Learner.update``) are
 their schema and raise only WireError. Fields a schema does not name are left to
 them.

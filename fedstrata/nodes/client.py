@@ -36,7 +36,6 @@ from fedstrata.nodes.events import (
     Subscribe,
     TimerFired,
 )
-from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.runconfig import model_config, read_config
 from fedstrata.nodes.sealing import PLAIN, Seal, client_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
@@ -119,11 +118,17 @@ class ClientNode:
         ``algorithm`` is given.
     protocol
         Protocol settings.
+    shape
+        The sizes every message of the federation agrees with, opaque to the node:
+        the plug-in's own (the multi-view family's
+        :class:`~fedstrata.plugins.messages.Shape`), handed to
+        :func:`~fedstrata.nodes.algorithm.algorithm_for` with ``model`` (as the
+        aggregators are).
     seed
         Seed of its own random generator (local initialisation).
-    view_ids, dims
-        Hybrid views: which of the federation's views ``views`` are, and the feature
-        count of every view of the federation. By default it holds all views.
+    view_ids
+        Hybrid views: which of the federation's views ``views`` are. By default it
+        holds all views.
     algorithm
         The algorithm plug-in (shared with the aggregators).
     """
@@ -137,10 +142,10 @@ class ClientNode:
         parent: Address,
         views: Sequence[np.ndarray],
         model: Any,
+        shape: Any,
         protocol: ProtocolConfig,
         seed: int = 0,
         view_ids: Sequence[int] | None = None,
-        dims: Sequence[int] | None = None,
         algorithm: Algorithm | None = None,
         seal: Seal | None = None,
     ) -> None:
@@ -150,8 +155,7 @@ class ClientNode:
         self.model = model
         self.protocol = protocol
         self.view_ids = tuple(range(len(self.views))) if view_ids is None else tuple(view_ids)
-        all_dims = tuple(v.shape[1] for v in self.views) if dims is None else tuple(dims)
-        self.shape = Shape(model.n_clusters, all_dims)
+        self.shape = shape
         self.algorithm = algorithm or algorithm_for(model, protocol, self.shape)
         self.rng = np.random.default_rng(seed)
         # qsgd's rounding draws from a child stream: self.rng's own draws stay as they were

@@ -19,7 +19,7 @@ from fedstrata.algorithms.kernels import KernelReference
 from fedstrata.algorithms.tensor._common import minmax_scale_views
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Learner
-from fedstrata.nodes.messages import read_references
+from fedstrata.plugins.messages import read_references
 
 __all__ = ["ScaledViewsLearner", "scale_with_ranges"]
 

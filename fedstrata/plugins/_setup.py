@@ -17,7 +17,7 @@ import numpy as np
 
 from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
-from fedstrata.nodes.messages import (
+from fedstrata.plugins.messages import (
     Shape,
     merge_reference_bodies,
     read_candidates,

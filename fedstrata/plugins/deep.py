@@ -44,9 +44,9 @@ from fedstrata.algorithms.seeding import local_candidates
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Step
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import Shape, read_choice, read_int, read_references
 from fedstrata.plugins._scaled import ScaledViewsLearner, scale_with_ranges
 from fedstrata.plugins._setup import SharedSetupRound, setup_body
+from fedstrata.plugins.messages import Shape, read_choice, read_int, read_references
 
 if TYPE_CHECKING:
     from fedstrata.algorithms.deep.training import DeepClient

@@ -63,7 +63,11 @@ from fedstrata.algorithms.schedules import scheduled_scale
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Learner, Step
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import (
+from fedstrata.plugins._setup import (
+    SharedSetupRound,
+    setup_body,
+)
+from fedstrata.plugins.messages import (
     Shape,
     check_partial,
     compress_partial,
@@ -75,10 +79,6 @@ from fedstrata.nodes.messages import (
     stats_partial,
     sum_partials,
     to_stats,
-)
-from fedstrata.plugins._setup import (
-    SharedSetupRound,
-    setup_body,
 )
 from fedstrata.privacy.layout import Layout, SummedField
 
@@ -546,7 +546,7 @@ class _MultiView(SharedSetupRound, Algorithm):
     def compress(
         self, partial: dict[str, Any], scheme: str, *, bits: int, rng: np.random.Generator | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """See :func:`fedstrata.nodes.messages.compress_partial`."""
+        """See :func:`fedstrata.plugins.messages.compress_partial`."""
         return compress_partial(partial, scheme, bits=bits, rng=rng)
 
     def is_finite(self, state: Any) -> bool:

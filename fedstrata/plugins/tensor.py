@@ -37,14 +37,14 @@ from fedstrata.algorithms.tensor import (
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Algorithm, Step
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import (
+from fedstrata.plugins._scaled import ScaledViewsLearner, scale_with_ranges
+from fedstrata.plugins._setup import SharedSetupRound, setup_body
+from fedstrata.plugins.messages import (
     Shape,
     read_choice,
     read_int,
     read_references,
 )
-from fedstrata.plugins._scaled import ScaledViewsLearner, scale_with_ranges
-from fedstrata.plugins._setup import SharedSetupRound, setup_body
 from fedstrata.privacy.layout import Layout, SummedField
 
 if TYPE_CHECKING:

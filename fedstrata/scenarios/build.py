@@ -22,8 +22,8 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
-from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.sealing import PLAIN, RunKeys, Seal
+from fedstrata.plugins.messages import Shape
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.preflight import prepare_data, split_samples, wire_topology
 from fedstrata.scenarios.schema import (
@@ -530,7 +530,7 @@ def build_federation(
             protocol=protocol,
             seed=int(np.random.default_rng([sc.seed, 2, j]).integers(2**31)),
             view_ids=held[j],
-            dims=shape.dims,
+            shape=shape,
             seal=seals[c],
         )
         sim.add_node(
@@ -601,7 +601,7 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
                 protocol=old.protocol,
                 seed=int(old.rng.integers(2**31)),
                 view_ids=old.view_ids,
-                dims=old.shape.dims,
+                shape=old.shape,
                 seal=old._seal.fresh(),
             )
         return AggregatorNode(

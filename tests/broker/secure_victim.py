@@ -22,7 +22,7 @@ from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address
 from fedstrata.nodes.events import Publish, Started
 from fedstrata.privacy import secagg
-from tests.nodes.test_secure_aggregation import protocol, views
+from tests.nodes.test_secure_aggregation import SHAPE, protocol, views
 
 
 class Victim:
@@ -52,6 +52,7 @@ def main() -> None:
         parent=Address("cloud", "cloud"),
         views=views(i),
         model=MultiViewModel(3),
+        shape=SHAPE,
         protocol=protocol("secagg"),
         seed=i,
     )

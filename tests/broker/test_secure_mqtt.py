@@ -114,6 +114,7 @@ def test_a_member_killed_after_its_masked_input_is_still_in_the_exact_sum(mosqui
             parent=Address("cloud", "cloud"),
             views=views(i),
             model=model,
+            shape=SHAPE,
             protocol=proto,
             seed=i,
         )

@@ -27,7 +27,7 @@ from fedstrata.nodes.events import (
     Subscribe,
     TimerFired,
 )
-from fedstrata.nodes.messages import Shape
+from fedstrata.plugins.messages import Shape
 from fedstrata.protocols.asynchronous import FedAsync
 
 SHAPE = Shape(3, (2, 3))
@@ -79,6 +79,7 @@ class Federation:
                 parent=Address("cloud", "cloud"),
                 views=client_views(i),
                 model=model,
+                shape=SHAPE,
                 protocol=self.proto,
                 seed=i,
             )
@@ -455,7 +456,12 @@ def test_a_setup_reply_after_setup_closed_is_late(kind):
     ups = {}
     for i, c in enumerate(names):
         node = ClientNode(
-            c, parent=Address("cloud", "cloud"), views=client_views(i), model=model, protocol=proto
+            c,
+            parent=Address("cloud", "cloud"),
+            views=client_views(i),
+            model=model,
+            shape=SHAPE,
+            protocol=proto,
         )
         node.handle(Started(now=0.0))
         effects = node.handle(Delivered(now=0.0, topic=setup.topic, payload=setup.payload))

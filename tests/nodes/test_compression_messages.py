@@ -16,7 +16,7 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import Delivered, Publish, Record
-from fedstrata.nodes.messages import (
+from fedstrata.plugins.messages import (
     Shape,
     add_partials,
     check_partial,
@@ -296,6 +296,7 @@ def _federation(scheme="qsgd", bits=8, *, rule="sum", fogs=False, n_clients=2):
             parent=parent,
             views=[X[parts[i]] for X in views],
             model=model,
+            shape=SHAPE,
             protocol=proto,
             seed=i,
         )

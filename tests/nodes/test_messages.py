@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from fedstrata import wire
 from fedstrata.algorithms.combine import ParamUpdate, weighted_average
 from fedstrata.errors import WireError
-from fedstrata.nodes.messages import (
+from fedstrata.plugins.messages import (
     Shape,
     add_partials,
     check_partial,

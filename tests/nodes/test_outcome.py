@@ -9,7 +9,7 @@ from fedstrata.algorithms.multiview import MultiViewModel, State
 from fedstrata.nodes.aggregator import AggregatorNode, RunStatus
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.events import Delivered, Finished, Publish, Record, Started, TimerFired
-from fedstrata.nodes.messages import Shape
+from fedstrata.plugins.messages import Shape
 
 from .helpers import Loopback
 from .test_protocol import blobs, build
@@ -186,7 +186,7 @@ def test_a_fog_whose_children_sum_to_infinity_forwards_nothing():
     )
     fog.handle(Started(now=0.0))
     init = State((np.array([[0.0], [1.0]]),), np.array([1.0]))
-    from fedstrata.nodes.messages import state_body
+    from fedstrata.plugins.messages import state_body
 
     model_env = wire.Envelope(
         kind="model",

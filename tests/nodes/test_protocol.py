@@ -11,8 +11,8 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import Delivered, Publish, Started, TimerFired
-from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.runconfig import config_id, config_payload
+from fedstrata.plugins.messages import Shape
 
 from .helpers import Loopback
 
@@ -62,6 +62,7 @@ def build(
                 parent=parent,
                 views=[X[idx] for X in views],
                 model=model,
+                shape=shape,
                 protocol=proto,
                 seed=int(c[1:]),
             )

@@ -14,8 +14,8 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode, decode_shared
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import Compute, Delivered, Publish, Record, Started
-from fedstrata.nodes.messages import Shape
 from fedstrata.nodes.runconfig import config_id, config_payload, read_config
+from fedstrata.plugins.messages import Shape
 
 from .helpers import Loopback
 
@@ -61,7 +61,12 @@ def cfg_payload(extras, sender="cloud", tier="cloud"):
 
 def client(name="c0", seed=0):
     node = ClientNode(
-        name, parent=Address("cloud", "cloud"), views=views(seed), model=MODEL, protocol=PROTO
+        name,
+        parent=Address("cloud", "cloud"),
+        views=views(seed),
+        model=MODEL,
+        shape=SHAPE,
+        protocol=PROTO,
     )
     subs = node.handle(Started(now=0.0))
     assert [s.pattern for s in subs] == ["fs/t/cloud/cloud/config", "fs/t/cloud/cloud/down"]
@@ -198,7 +203,13 @@ def test_three_tiers_send_the_references_once_per_group_and_never_in_a_model():
     for i, idx in enumerate(parts):
         parent = Address("fog", f"f{i % 2}")
         nodes[f"c{i}"] = ClientNode(
-            f"c{i}", parent=parent, views=[X[idx] for X in vs], model=MODEL, protocol=PROTO, seed=i
+            f"c{i}",
+            parent=parent,
+            views=[X[idx] for X in vs],
+            model=MODEL,
+            shape=SHAPE,
+            protocol=PROTO,
+            seed=i,
         )
     for g in range(2):
         nodes[f"f{g}"] = AggregatorNode(

@@ -55,6 +55,7 @@ def federation(sign: bool, rounds: int = 3, mode: str = "none", run: str = "t"):
             parent=Address("cloud", "cloud"),
             views=views(i),
             model=model,
+            shape=SHAPE,
             protocol=proto,
             seed=i,
             seal=seal(f"client-{i}"),

@@ -19,7 +19,7 @@ from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.events import Publish
-from fedstrata.nodes.messages import Shape
+from fedstrata.plugins.messages import Shape
 from fedstrata.privacy import secagg
 
 from .helpers import Loopback
@@ -95,6 +95,7 @@ def build(groups: list[int], proto: ProtocolConfig, crash: set[str] = frozenset(
                 parent=Address("cloud" if flat else "fog", parent),
                 views=views(i),
                 model=model,
+                shape=SHAPE,
                 protocol=proto,
                 seed=i,
             )
@@ -141,6 +142,7 @@ def plaintext_sum(clients: list[ClientNode], model_body: dict) -> dict:
             parent=c.parent,
             views=c.views,
             model=c.model,
+            shape=c.shape,
             protocol=protocol("none"),
             seed=0,
         )

@@ -16,8 +16,8 @@ from fedstrata.algorithms.multiview import (
 )
 from fedstrata.errors import ScenarioError, WireError
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import Shape, read_state, references_body
 from fedstrata.plugins import multiview as mvp
+from fedstrata.plugins.messages import Shape, read_state, references_body
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run import run_scenario
 

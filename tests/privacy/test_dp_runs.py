@@ -8,8 +8,8 @@ import pytest
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ScenarioError
 from fedstrata.nodes.config import ProtocolConfig
-from fedstrata.nodes.messages import Shape
 from fedstrata.plugins import multiview as mvp
+from fedstrata.plugins.messages import Shape
 from fedstrata.privacy.dp import Accountant
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run import run_scenario

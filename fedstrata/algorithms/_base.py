@@ -92,15 +92,15 @@ class MultiViewEstimator(ClusterMixin, BaseEstimator):
         else:
             if not isinstance(init, list | tuple) or len(init) != H:
                 raise ValidationError(f"init must be a list of {H} arrays (one per view)")
-            centers = []
+            given: list[np.ndarray] = []
             for h, (a, X) in enumerate(zip(init, data, strict=True)):
                 a = np.asarray(a, dtype=np.float64)
                 if a.shape != (self.n_clusters, X.shape[1]) or not np.isfinite(a).all():
                     raise ValidationError(
                         f"init[{h}] must be a finite ({self.n_clusters}, {X.shape[1]}) array"
                     )
-                centers.append(a[None])
-            centers = tuple(centers)
+                given.append(a[None])
+            centers = tuple(given)
         R = centers[0].shape[0]
         return State(tuple(centers), np.full((R, H), 1.0 / H))
 

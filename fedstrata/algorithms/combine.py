@@ -75,7 +75,7 @@ def _renormalized(v: np.ndarray) -> np.ndarray:
 
 
 def weighted_average(
-    updates: Sequence[ParamUpdate], weights: Sequence[float] | None = None
+    updates: Sequence[ParamUpdate], weights: Sequence[float] | np.ndarray | None = None
 ) -> State:
     """Eq. 74/75: A = Σ_ℓ w_ℓ A_ℓ, V = Σ_ℓ w_ℓ V_ℓ with w_ℓ ∝ n(ℓ) by default.
 
@@ -117,7 +117,7 @@ def coordinate_median(updates: Sequence[ParamUpdate]) -> State:
     _check(updates)
     centers = []
     for h in range(len(updates[0].centers)):
-        held = [u.centers[h] for u in updates if u.centers[h] is not None]
+        held = [c for c in (u.centers[h] for u in updates) if c is not None]
         if not held:
             raise ValidationError(f"no update holds view {h}")
         centers.append(np.median(np.stack(held), axis=0))

@@ -39,6 +39,7 @@ from fedstrata.algorithms.multiview import (
     MultiViewModel,
     PreparedViews,
     State,
+    Stats,
     auto_fuzzifier,
     combine,
     local_statistics,
@@ -123,6 +124,13 @@ def initial_state(
     centers = initial_centers(list(big.views), n_clusters, n_init=1, method=method, rng=rng)
     H = big.n_views
     return State(tuple(a[0] for a in centers), np.full(H, 1.0 / H))
+
+
+def _memberships(stats: Stats) -> np.ndarray:
+    """The memberships of the first batch, which :func:`local_statistics` always returns."""
+    if stats.memberships is None:  # only sum_statistics drops them
+        raise ValidationError("local statistics without memberships")
+    return stats.memberships[0]
 
 
 def federated_fit(
@@ -226,13 +234,13 @@ def federated_fit(
                 start = personalize(state, locals_[i], gamma, rho)
                 res = fit_batched(pv, start, model, max_iter=local_iters, tol=tol, warn=False)
                 locals_[i] = res.state
-                stats = local_statistics(pv, res.state, model)
+                mine = local_statistics(pv, res.state, model)
                 updates.append(
                     ParamUpdate(
                         centers=tuple(a[0] for a in res.state.centers),
                         view_weights=res.state.view_weights[0],
                         n_samples=pv.n_samples,
-                        cluster_mass=stats.cluster_mass[0],
+                        cluster_mass=mine.cluster_mass[0],
                         objective=float(res.objective[0]),
                     )
                 )
@@ -243,7 +251,7 @@ def federated_fit(
         state = new
         if converged:
             break
-    final = [local_statistics(pv, state, model).memberships[0] for pv in pvs]
+    final = [_memberships(local_statistics(pv, state, model)) for pv in pvs]
     return FederatedResult(
         state=state.take(0),
         labels=[U.argmax(axis=1) for U in final],

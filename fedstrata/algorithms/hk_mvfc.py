@@ -14,7 +14,7 @@ flattens the memberships in high dimension. See :class:`HKMVFC` for each setting
 from __future__ import annotations
 
 import numbers
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -43,7 +43,8 @@ def _bandwidth_ok(value: Any) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return f"must be a positive number, 'none' or None; got {value!r}"
-    if not np.isfinite(value) or value <= 0:
+    # numpy's stubs take no numbers.Real; the value is one (checked above)
+    if not np.isfinite(cast(float, value)) or value <= 0:
         return f"must be a positive finite number, got {value!r}"
     return None
 

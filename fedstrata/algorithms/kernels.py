@@ -85,12 +85,13 @@ def merge_kernel_references(refs: list[KernelReference]) -> KernelReference:
     if not refs:
         raise ValidationError("cannot merge an empty list of kernel references")
     sq_dev: np.ndarray | None = None
-    if all(r.sq_dev is not None for r in refs):
-        n_a, total_a, m2 = refs[0].count, refs[0].total, refs[0].sq_dev
-        for r in refs[1:]:
+    devs = [r.sq_dev for r in refs if r.sq_dev is not None]
+    if len(devs) == len(refs):
+        n_a, total_a, m2 = refs[0].count, refs[0].total, devs[0]
+        for r, dev in zip(refs[1:], devs[1:], strict=True):
             n_b = r.count
             diff = r.total / n_b - total_a / n_a
-            m2 = m2 + r.sq_dev + diff * diff * (n_a * n_b / (n_a + n_b))
+            m2 = m2 + dev + diff * diff * (n_a * n_b / (n_a + n_b))
             n_a, total_a = n_a + n_b, total_a + r.total
         sq_dev = m2
     return KernelReference(

@@ -29,10 +29,11 @@ Every array may carry leading batch axes (several restarts fitted at once): cent
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -642,6 +643,11 @@ def local_statistics(
     )
 
 
+def _added(arrays: Iterable[np.ndarray]) -> np.ndarray:
+    """Python's ``sum`` of arrays (starting from 0, as it always did), typed as an array."""
+    return cast(np.ndarray, sum(arrays))
+
+
 def sum_statistics(stats: Sequence[Stats]) -> Stats:
     """Sum clients' statistics (exact aggregation); memberships are dropped."""
     if not stats:
@@ -650,11 +656,15 @@ def sum_statistics(stats: Sequence[Stats]) -> Stats:
     if len(stats) == 1:
         return replace(first, memberships=None)
     return Stats(
-        center_num=tuple(sum(s.center_num[g] for s in stats) for g in range(len(first.center_num))),
-        center_den=tuple(sum(s.center_den[g] for s in stats) for g in range(len(first.center_den))),
-        view_costs=sum(s.view_costs for s in stats),
-        cluster_mass=sum(s.cluster_mass for s in stats),
-        view_counts=sum(s.view_counts for s in stats),
+        center_num=tuple(
+            _added(s.center_num[g] for s in stats) for g in range(len(first.center_num))
+        ),
+        center_den=tuple(
+            _added(s.center_den[g] for s in stats) for g in range(len(first.center_den))
+        ),
+        view_costs=_added(s.view_costs for s in stats),
+        cluster_mass=_added(s.cluster_mass for s in stats),
+        view_counts=_added(s.view_counts for s in stats),
         n_samples=sum(s.n_samples for s in stats),
     )
 

@@ -83,7 +83,7 @@ class HybridViewNet(nn.Module):
             else None
         )
 
-    def forward(self, xs: Sequence[torch.Tensor | None]) -> Forward:  # type: ignore[override]
+    def forward(self, xs: Sequence[torch.Tensor | None]) -> Forward:
         """Encode the held views (``None`` for a view not held) and fuse them."""
         z: list[torch.Tensor | None] = [None] * self.n_views
         xhat: list[torch.Tensor | None] = [None] * self.n_views

@@ -169,7 +169,7 @@ class TensorClient:
         """Hard labels (n,): argmax of :meth:`memberships` (does not change the state)."""
         return self.memberships(glob).argmax(axis=1)
 
-    def step(self, glob: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def step(self, glob: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """Run the local epochs from the global model ``glob``; return the message."""
         centers = self.model.kind == "centers"
         msg = self._step_centers(glob) if centers else self._step_factors(glob)
@@ -178,7 +178,7 @@ class TensorClient:
 
     # -- E-FKMVC ------------------------------------------------------------------------
 
-    def _step_centers(self, glob: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _step_centers(self, glob: Mapping[str, np.ndarray]) -> dict[str, Any]:
         m = self.model
         n = self.n_samples
         A = [a.copy() for a in self._global_centers(glob)]

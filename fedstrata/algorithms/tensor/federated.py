@@ -147,6 +147,8 @@ def tensor_federated_fit(
     if any(not hs for hs in holders):
         missing = [k for k in range(s) if not holders[k]]
         raise ValidationError(f"no client holds view(s) {missing}")
+    lo: list[np.ndarray] | None
+    hi: list[np.ndarray] | None
     if scaling == "minmax":
         refs = [merge_kernel_references([kernel_reference(X) for X in hs]) for hs in holders]
         lo, hi = [r.minimum for r in refs], [r.maximum for r in refs]
@@ -157,7 +159,7 @@ def tensor_federated_fit(
     else:
         lo = hi = None
         scaled = data
-    centers = None
+    centers: list[np.ndarray] | None = None
     if init == "kmeans":
         cands = [
             local_candidates(views, model.n_clusters, rng)

@@ -290,7 +290,7 @@ class TensorModel:
     def tucker_ranks(self) -> tuple[int, int, int]:
         """(r1, r2, r3) with the defaults resolved."""
         if self.ranks is not None:
-            return self.ranks  # type: ignore[return-value]
+            return self.ranks
         c, D, s = self.n_clusters, max(self.dims), len(self.dims)
         return (c, min(c, D), s)
 

@@ -24,10 +24,10 @@ import queue
 import signal
 import time
 import traceback
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import fedstrata.registry  # noqa: F401  (the composition root: registers plug-ins and kinds)
 from fedstrata.broker.endpoint import Endpoint
 from fedstrata.broker.runner import NodeRunner, RunLog, Traffic
 from fedstrata.errors import FedstrataError, TransportError
@@ -35,6 +35,7 @@ from fedstrata.mqtt import presence_topic
 from fedstrata.nodes.sealing import RunKeys
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.emulate import LinkEmulator, link_emulators
+from fedstrata.scenarios.orchestrate import counting_warnings
 from fedstrata.scenarios.schema import Scenario
 
 __all__ = [
@@ -284,13 +285,7 @@ def _worker(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     out = sync["queue"]
     try:
-        caught: dict[str, int] = {}
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.showwarning = lambda message, category, *_a, **_k: caught.__setitem__(
-                f"{category.__name__}: {message}",
-                caught.get(f"{category.__name__}: {message}", 0) + 1,
-            )
+        with counting_warnings() as caught:  # counted as the in-process runner counts them
             ensure_open_files(len(share))
             fed = build_federation(sc, keys=keys)
             links = link_emulators(fed) if emulate_links else None
@@ -367,124 +362,149 @@ def run_in_processes(
     root_id = sc.topology.cloud_id
     order = [root_id] + [n for n in node_ids if n != root_id]
     k = max(1, min(int(processes), len(order)))
-    shares = [order[i::k] for i in range(k)]
-    ctx = mp.get_context("spawn")  # no fork of a process with threads (the $SYS monitor)
-    sync = {
-        "queue": ctx.Queue(),
-        "start": ctx.Event(),
-        "root_done": ctx.Event(),
-        "stop": ctx.Event(),
-        "t0": ctx.Value("d", 0.0),
-    }
-    procs = [
-        ctx.Process(
-            target=_worker,
-            args=(
-                i,
-                sc,
-                share,
-                {n: broker_of[n] for n in share},
-                protocol,
-                emulate_links,
-                timeout_s,
-                sync,
-                keys,
-            ),
-            name=f"fedstrata-nodes-{i}",
-            daemon=True,
-        )
-        for i, share in enumerate(shares)
-    ]
-    for p in procs:
-        p.start()
-    q = sync["queue"]
-    reports: dict[int, dict[str, Any]] = {}
-    lost: dict[int, tuple[float, str]] = {}  # workers that died or broke: (when, why)
-    caught_here: dict[str, int] = {}
-    interrupted = False
-    started = False
+    pool = _Pool([order[i::k] for i in range(k)], root_id)
+    pool.start(sc, broker_of, protocol, emulate_links, timeout_s, keys)
     try:
         try:
-            ready = 0
-            while ready < k:
-                kind, index, payload = _get(q, procs, _STARTUP_S)
-                if kind == "error":
-                    raise FedstrataError(f"worker process {index} failed:\n{payload}")
-                ready += 1
-            sync["t0"].value = time.monotonic()
-            started = True
-            sync["start"].set()
-            limit = timeout_s + GRACE_S + 60.0
-            while len(reports) + len(lost) < k:
-                kind, index, payload = _get(q, procs, limit, skip=set(reports) | set(lost))
-                if kind == "done":
-                    reports[index] = payload
-                    continue
-                t = max(0.0, time.monotonic() - sync["t0"].value)
-                if kind == "error":  # the worker broke (a bug): its nodes are gone with it
-                    last = payload.strip().splitlines()[-1] if payload.strip() else "no trace"
-                    lost[index] = (t, f"worker process {index} failed: {last}")
-                    caught_here[f"worker process {index} failed:\n{payload}"] = 1
-                else:  # "died"
-                    lost[index] = (t, f"worker process {index} died ({payload})")
-                if root_id in shares[index]:  # no round can close: end as after the root
-                    sync["root_done"].set()
+            pool.await_ready()
+            pool.collect(timeout_s + GRACE_S + 60.0)
         except KeyboardInterrupt:
-            interrupted = True
-            sync["stop"].set()
-            while started and len(reports) + len(lost) < k:
-                kind, index, payload = _get(q, procs, 30.0, skip=set(reports) | set(lost))
-                if kind == "done":
-                    reports[index] = payload
-                else:
-                    lost[index] = (0.0, f"worker process {index} ended without a report")
+            pool.interrupt()
     finally:
-        sync["stop"].set()
-        sync["start"].set()  # a worker still waiting to start gives up
-        for p in procs:
+        pool.join()
+    return pool.execution(tiers or {})
+
+
+class _Pool:
+    """The worker processes of one run, their shares of the nodes and what they reported."""
+
+    def __init__(self, shares: list[list[str]], root_id: str) -> None:
+        self.shares, self.root_id = shares, root_id
+        ctx = mp.get_context("spawn")  # no fork of a process with threads (the $SYS monitor)
+        self.ctx = ctx
+        self.sync: dict[str, Any] = {
+            "queue": ctx.Queue(),
+            "start": ctx.Event(),
+            "root_done": ctx.Event(),
+            "stop": ctx.Event(),
+            "t0": ctx.Value("d", 0.0),
+        }
+        self.procs: list[Any] = []
+        self.reports: dict[int, dict[str, Any]] = {}
+        self.lost: dict[int, tuple[float, str]] = {}  # died or broke: (when, why)
+        self.caught: dict[str, int] = {}
+        self.interrupted = self.started = False
+
+    def start(
+        self,
+        sc: Scenario,
+        broker_of: dict[str, Endpoint],
+        protocol: int,
+        emulate_links: bool,
+        timeout_s: float,
+        keys: RunKeys | None,
+    ) -> None:
+        """Start one worker process per share."""
+        for i, share in enumerate(self.shares):
+            brokers = {n: broker_of[n] for n in share}
+            args = (i, sc, share, brokers, protocol, emulate_links, timeout_s, self.sync, keys)
+            p = self.ctx.Process(
+                target=_worker, args=args, name=f"fedstrata-nodes-{i}", daemon=True
+            )
+            p.start()
+            self.procs.append(p)
+
+    @property
+    def _pending(self) -> bool:
+        return len(self.reports) + len(self.lost) < len(self.shares)
+
+    def _next(self, timeout_s: float) -> tuple[str, int, Any]:
+        return _get(
+            self.sync["queue"], self.procs, timeout_s, skip=set(self.reports) | set(self.lost)
+        )
+
+    def await_ready(self) -> None:
+        """Wait until every worker built its nodes, then start them together."""
+        for _ in self.shares:
+            kind, index, payload = _get(self.sync["queue"], self.procs, _STARTUP_S)
+            if kind == "error":
+                raise FedstrataError(f"worker process {index} failed:\n{payload}")
+        self.sync["t0"].value = time.monotonic()
+        self.started = True
+        self.sync["start"].set()
+
+    def collect(self, limit_s: float) -> None:
+        """Take every worker's report; a worker that died or broke is a crash of its nodes."""
+        while self._pending:
+            kind, index, payload = self._next(limit_s)
+            if kind == "done":
+                self.reports[index] = payload
+                continue
+            t = max(0.0, time.monotonic() - self.sync["t0"].value)
+            if kind == "error":  # the worker broke (a bug): its nodes are gone with it
+                last = payload.strip().splitlines()[-1] if payload.strip() else "no trace"
+                self.lost[index] = (t, f"worker process {index} failed: {last}")
+                self.caught[f"worker process {index} failed:\n{payload}"] = 1
+            else:  # "died"
+                self.lost[index] = (t, f"worker process {index} died ({payload})")
+            if self.root_id in self.shares[index]:  # no round can close: end as after the root
+                self.sync["root_done"].set()
+
+    def interrupt(self) -> None:
+        """Tell the workers to stop and take what they report."""
+        self.interrupted = True
+        self.sync["stop"].set()
+        while self.started and self._pending:
+            kind, index, payload = self._next(30.0)
+            if kind == "done":
+                self.reports[index] = payload
+            else:
+                self.lost[index] = (0.0, f"worker process {index} ended without a report")
+
+    def join(self) -> None:
+        """Stop and join every worker (terminated if it does not end in 10 s)."""
+        self.sync["stop"].set()
+        self.sync["start"].set()  # a worker still waiting to start gives up
+        for p in self.procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-    records = sorted(
-        (rec for rep in reports.values() for rec in rep["records"]), key=lambda r: r["t"]
-    )
-    _rewire_bytes(records, [e for rep in reports.values() for e in rep["byte_events"]])
-    outcomes: dict[str, NodeOutcome] = {}
-    caught: dict[str, int] = dict(caught_here)
-    for index, (t, why) in sorted(lost.items()):
-        for nid in shares[index]:
-            outcomes[nid] = NodeOutcome(
-                (tiers or {}).get(nid, "unknown"),
-                False,
-                None,
-                None,
-                Traffic(),
-                crashed=why,
-                crashed_at=t,
-            )
-    for rep in reports.values():
-        outcomes.update(rep["outcomes"])
-        for key, n in rep["warnings"].items():
-            caught[key] = caught.get(key, 0) + n
-    root_rep = next((rep for rep in reports.values() if rep["root"]), None)
-    wall = (
-        root_rep["wall"]
-        if root_rep is not None
-        else max(
-            [*(rep["wall"] for rep in reports.values()), *(t for t, _ in lost.values())],
-            default=0.0,
+
+    def execution(self, tiers: dict[str, str]) -> Execution:
+        """The run as one :class:`Execution`: records in time order, every node's outcome."""
+        reports = self.reports.values()
+        records = sorted((rec for rep in reports for rec in rep["records"]), key=lambda r: r["t"])
+        _rewire_bytes(records, [e for rep in reports for e in rep["byte_events"]])
+        outcomes: dict[str, NodeOutcome] = {}
+        caught = dict(self.caught)
+        for index, (t, why) in sorted(self.lost.items()):
+            for nid in self.shares[index]:
+                outcomes[nid] = NodeOutcome(
+                    tiers.get(nid, "unknown"),
+                    False,
+                    None,
+                    None,
+                    Traffic(),
+                    crashed=why,
+                    crashed_at=t,
+                )
+        for rep in reports:
+            outcomes.update(rep["outcomes"])
+            for key, n in rep["warnings"].items():
+                caught[key] = caught.get(key, 0) + n
+        root_rep = next((rep for rep in reports if rep["root"]), None)
+        ends = [*(rep["wall"] for rep in reports), *(t for t, _ in self.lost.values())]
+        wall = root_rep["wall"] if root_rep is not None else max(ends, default=0.0)
+        return Execution(
+            records,
+            outcomes,
+            bool(root_rep and root_rep["timed_out"]),
+            self.interrupted or any(rep["interrupted"] for rep in reports),
+            wall,
+            processes=len(self.shares),
+            warnings=caught,
         )
-    )
-    return Execution(
-        records,
-        outcomes,
-        bool(root_rep and root_rep["timed_out"]),
-        interrupted or any(rep["interrupted"] for rep in reports.values()),
-        wall,
-        processes=k,
-        warnings=caught,
-    )
 
 
 def _exit_text(code: int) -> str:

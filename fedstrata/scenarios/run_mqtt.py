@@ -50,7 +50,6 @@ import gc
 import re
 import secrets
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,10 +60,15 @@ from fedstrata.broker.runner import NodeRunner, RunLog, clear_retained, probe_br
 from fedstrata.broker.sysstats import SYS_NOTE, BackgroundSysMonitor
 from fedstrata.errors import FedstrataError, ValidationError
 from fedstrata.mqtt import PROTOCOL_MQTT311
-from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.nodes.sealing import RunKeys
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.emulate import link_emulators
+from fedstrata.scenarios.mqtt_counters import (
+    crashed_nodes,
+    link_losses,
+    mqtt_volume,
+    presence_traffic,
+)
 from fedstrata.scenarios.mqtt_nodes import (
     Execution,
     ensure_open_files,
@@ -73,24 +77,20 @@ from fedstrata.scenarios.mqtt_nodes import (
     run_in_processes,
     run_share,
 )
+from fedstrata.scenarios.orchestrate import Run
 from fedstrata.scenarios.preflight import wire_topology
-from fedstrata.scenarios.run import (
-    _count_warning,
-    _failed_rounds,
-    _quality,
-    _records_outcome,
-    _round_rows,
-    _rounds_bar,
-    _start_record,
-    _write_record,
-    dropped_report,
-    personalization_report,
-    pooled_observer,
-    privacy_report,
-)
+from fedstrata.scenarios.run import _rounds_bar, write_run
 from fedstrata.scenarios.schema import Scenario
+from fedstrata.scenarios.summary import RunResult, outcome_of, warning_lines
 
-__all__ = ["DEFAULT_TIMEOUT_S", "mqtt_run", "run_keys", "run_scenario_mqtt", "signing_report"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "MqttTransport",
+    "mqtt_run",
+    "run_keys",
+    "run_scenario_mqtt",
+    "signing_report",
+]
 
 #: Wall-clock limit of a run when none is given.
 DEFAULT_TIMEOUT_S = 600.0
@@ -186,6 +186,214 @@ async def _tick(fed: Federation, log: RunLog, progress: Callable[[int, float], N
         await asyncio.sleep(0.2)
 
 
+class MqttTransport:
+    """A real MQTT broker as a :class:`~fedstrata.scenarios.orchestrate.Transport`.
+
+    Builds the federation under the run id and signs it with the run's keys; drives
+    its nodes as asyncio tasks of this process, or deals them out to a pool of
+    worker processes (``processes`` > 1); contributes the MQTT counters (broker,
+    run id, presence, emulated links, retained messages cleared, ``$SYS``
+    statistics, republished messages). Settings as in :func:`mqtt_run`.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        protocol: int = PROTOCOL_MQTT311,
+        sys_stats: bool = True,
+        node_brokers: dict[str, Endpoint] | None = None,
+        run_id: str | None = None,
+        emulate_links: bool = False,
+        processes: int = 1,
+        progress: Callable[[int, float], None] | None = None,
+        insecure: bool = False,
+        key_dir: str | Path | None = None,
+    ) -> None:
+        if run_id is not None and not _RUN_ID.fullmatch(run_id):
+            raise ValidationError(
+                f"run id {run_id!r} must be 1-64 letters, digits, '.', '_' or '-' (a topic level)"
+            )
+        self.endpoint, self.timeout_s, self.protocol = endpoint, timeout_s, protocol
+        self.sys_stats, self.node_brokers, self.run_id = sys_stats, node_brokers, run_id
+        self.emulate_links, self.processes, self.progress = emulate_links, processes, progress
+        self.insecure, self.key_dir = insecure, key_dir
+        self.monitor: BackgroundSysMonitor | None = None
+        self.keys: RunKeys | None = None
+        self.broker_of: dict[str, Endpoint] = {}
+
+    def build(self, sc: Scenario) -> Federation:
+        """The federation under the run id, signed with the run's keys.
+
+        ``fed.scenario`` stays ``sc`` (its own name): the record names the study.
+        """
+        # the first $SYS reading waits for the broker's next update: meanwhile, build
+        self.monitor = BackgroundSysMonitor(self.endpoint).start() if self.sys_stats else None
+        if self.run_id is None:
+            self.run_id = f"{sc.name}-{secrets.token_hex(4)}"
+        try:
+            self.keys = run_keys(sc, self.insecure, self.key_dir)
+            fed = build_federation(sc.model_copy(update={"name": self.run_id}), keys=self.keys)
+        except BaseException:
+            if self.monitor is not None:
+                self.monitor.stop(read=False)
+            raise
+        fed.scenario = sc
+        self.broker_of = {nid: self.endpoint for nid in fed.sim.engine.nodes}
+        self.broker_of.update(self.node_brokers or {})
+        return fed
+
+    def drive(self, fed: Federation) -> Execution:
+        """Run the nodes over the broker (here or in worker processes) until the run ends."""
+        interrupted = False
+        try:
+            ex = self._in_pool(fed) if self.processes > 1 else self._in_process(fed)
+            interrupted = ex.interrupted
+        finally:
+            if self.monitor is not None:
+                self.monitor.stop(read=not interrupted)
+        return ex
+
+    def _in_process(self, fed: Federation) -> Execution:
+        ensure_open_files(len(fed.sim.engine.nodes))
+        links = link_emulators(fed) if self.emulate_links else None
+        log, runners = _make_runners(fed, self.broker_of, self.protocol, links)
+        if self.monitor is not None:
+            self.monitor.wait_ready()
+        # paho leaves a reference cycle per delivered message: with the federation's
+        # many long-lived objects frozen, collecting them is cheap (measured at 1,000
+        # nodes: GC time per round halved)
+        gc.freeze()
+        interrupted = False
+        try:
+            timed_out, wall = asyncio.run(
+                _run_nodes(fed, log, runners, self.timeout_s, self.progress)
+            )
+        except KeyboardInterrupt:  # every node task was cancelled and disconnected
+            interrupted, timed_out, wall = True, False, log.now()
+        return Execution(
+            log.records, outcomes_of(fed, runners, links), timed_out, interrupted, wall
+        )
+
+    def _in_pool(self, fed: Federation) -> Execution:
+        if self.monitor is not None:
+            self.monitor.wait_ready()
+        return run_in_processes(
+            fed.scenario.model_copy(update={"name": self.run_id}),
+            list(fed.sim.engine.nodes),
+            self.broker_of,
+            self.protocol,
+            self.emulate_links,
+            self.timeout_s,
+            self.processes,
+            tiers=dict(fed.tiers),
+            keys=self.keys,
+        )
+
+    def result(self, fed: Federation, ex: Execution, caught: dict[str, int]) -> RunResult:
+        """The run's outcome, traffic and MQTT counters."""
+        for key, n in ex.warnings.items():
+            caught[key] = caught.get(key, 0) + n
+        cleared = _clear_retained(ex, self.broker_of, self.protocol)
+        outcomes, records = ex.outcomes, ex.records
+        results = {nid: o.result for nid, o in outcomes.items() if o.finished}
+        fed.sim.records.clear()  # the simulator never ran: its records stay empty
+        root_result = results.get(fed.scenario.topology.cloud_id)
+        outcome = outcome_of(
+            fed,
+            root_result,
+            records,
+            interrupted=f"interrupted at wall-clock time {ex.wall:.6g} s"
+            if ex.interrupted
+            else None,
+            stalled=lambda: self._stall_reason(fed, ex),
+        )
+        return RunResult(
+            "mqtt",
+            outcome,
+            root_result is not None,
+            mqtt_volume(outcomes, qos1=fed.protocol.qos == 1),
+            records,
+            results,
+            self._notes(fed, ex, caught),
+            crashed_nodes(outcomes),
+            link_losses(outcomes),
+            ex.wall,
+            signing_report(self.keys),
+            counters=self._counters(fed, ex, cleared),
+        )
+
+    def _stall_reason(self, fed: Federation, ex: Execution) -> str:
+        """Why the root did not finish: it crashed, lost the broker, or ran out of time."""
+        root_id = fed.scenario.topology.cloud_id
+        root = ex.outcomes[root_id]
+        if root.crashed is not None:
+            return f"the root {root_id!r} crashed ({root.crashed}); no round can close"
+        if root.failure is not None:
+            return f"the root lost the broker: {root.failure}"
+        if ex.timed_out:
+            limit = self.timeout_s
+            return f"the root {root_id!r} did not finish within the {limit:g} s wall-clock limit"
+        return f"the root {root_id!r} stopped without finishing"
+
+    def _notes(self, fed: Federation, ex: Execution, caught: dict[str, int]) -> list[str]:
+        """The ``warnings``: counted warnings, ignored faults, lost brokers, idle nodes."""
+        notes = warning_lines(caught)
+        ignored = _faults_ignored(fed.scenario, self.emulate_links)
+        if ignored:
+            notes.append(ignored)
+        notes += [o.failure for o in ex.outcomes.values() if o.failure is not None]
+        notes += [o.idled_out for o in ex.outcomes.values() if o.idled_out is not None]
+        return notes
+
+    def _broker_sys(self, interrupted: bool) -> tuple[dict[str, Any] | None, str | None]:
+        """The broker's ``$SYS`` deltas over the run and why they are missing, if so."""
+        if self.monitor is None:
+            return None, "not read (sys_stats off)"
+        if interrupted:
+            return None, "not read: the run was interrupted"
+        deltas = self.monitor.monitor.deltas()
+        if deltas is not None:
+            deltas["note"] = SYS_NOTE
+        return deltas, self.monitor.monitor.reason
+
+    def _counters(self, fed: Federation, ex: Execution, cleared: int) -> dict[str, Any]:
+        """The summary keys of a run over MQTT (the simulator's own ones are ``null``)."""
+        outcomes = ex.outcomes.values()
+        broker_sys, broker_sys_reason = self._broker_sys(ex.interrupted)
+        return {
+            "broker": self.endpoint.url,
+            "run_id": fed.protocol.run,
+            "presence": presence_traffic(ex.outcomes),
+            "emulated_links": None
+            if not self.emulate_links
+            else {
+                "lost": sum(o.link_lost for o in outcomes),
+                "gave_up": sum(o.link_gave_up for o in outcomes),
+            },
+            "processes": ex.processes,
+            "retained_cleared": cleared,
+            **dict.fromkeys(_NOT_OBSERVABLE),
+            "duplicates": sum(1 for r in ex.records if r["kind"] == "duplicate"),
+            "virtual_time_s": None,  # no virtual clock: see wall_time_s
+            "broker_sys": broker_sys,
+            "broker_sys_reason": broker_sys_reason,
+            "republished": sum(o.republished for o in outcomes),
+        }
+
+
+#: Counters of the simulator that happen inside the MQTT client and broker, unseen.
+_NOT_OBSERVABLE = (
+    "messages_dropped",
+    "dropped_by_reason",
+    "messages_not_sent",
+    "deliveries_abandoned",
+    "events_suppressed",
+    "retransmissions",
+)
+
+
 def mqtt_run(
     sc: Scenario,
     broker: str | Endpoint,
@@ -226,240 +434,20 @@ def mqtt_run(
     (not re-raised), as in the simulator. With ``sys_stats`` the broker's ``$SYS``
     counters are read before and after the nodes run (up to 1 s more at each end).
     """
-    # the first reading waits for the broker's next $SYS update: meanwhile, build
-    endpoint = broker if isinstance(broker, Endpoint) else Endpoint(broker, port)
-    monitor = BackgroundSysMonitor(endpoint).start() if sys_stats else None
-    if seed is not None:
-        sc = sc.model_copy(update={"seed": seed})
-    if run_id is None:
-        run_id = f"{sc.name}-{secrets.token_hex(4)}"
-    elif not _RUN_ID.fullmatch(run_id):
-        raise ValidationError(
-            f"run id {run_id!r} must be 1-64 letters, digits, '.', '_' or '-' (a topic level)"
-        )
-    try:
-        keys = run_keys(sc, insecure, key_dir)
-        fed = build_federation(sc.model_copy(update={"name": run_id}), keys=keys)
-    except BaseException:
-        if monitor is not None:
-            monitor.stop(read=False)
-        raise
-    fed.scenario = sc
-    caught: dict[str, int] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = lambda message, category, *_a, **_k: _count_warning(
-            caught, category, message
-        )
-        broker_of = {nid: endpoint for nid in fed.sim.engine.nodes}
-        broker_of.update(node_brokers or {})
-        interrupted = False
-        try:
-            if processes == 1:
-                ensure_open_files(len(fed.sim.engine.nodes))
-            if processes > 1:
-                if monitor is not None:
-                    monitor.wait_ready()
-                ex = run_in_processes(
-                    sc.model_copy(update={"name": run_id}),
-                    list(fed.sim.engine.nodes),
-                    broker_of,
-                    protocol,
-                    emulate_links,
-                    timeout_s,
-                    processes,
-                    tiers=dict(fed.tiers),
-                    keys=keys,
-                )
-            else:
-                links = link_emulators(fed) if emulate_links else None
-                log, runners = _make_runners(fed, broker_of, protocol, links)
-                if monitor is not None:
-                    monitor.wait_ready()
-                # paho leaves a reference cycle per delivered message: with the
-                # federation's many long-lived objects frozen, collecting them is cheap
-                # (measured at 1,000 nodes: GC time per round halved)
-                gc.freeze()
-                try:
-                    timed_out, wall = asyncio.run(
-                        _run_nodes(fed, log, runners, timeout_s, progress)
-                    )
-                except KeyboardInterrupt:  # every node task was cancelled and disconnected
-                    interrupted, timed_out, wall = True, False, log.now()
-                outcomes = outcomes_of(fed, runners, links)
-                ex = Execution(log.records, outcomes, timed_out, interrupted, wall)
-            interrupted = ex.interrupted
-        finally:
-            if monitor is not None:
-                monitor.stop(read=not interrupted)
-    for key, n in ex.warnings.items():
-        caught[key] = caught.get(key, 0) + n
-    cleared = _clear_retained(ex, broker_of, protocol)
-    timed_out, wall, outcomes = ex.timed_out, ex.wall, ex.outcomes
-    broker_sys = None if monitor is None or interrupted else monitor.monitor.deltas()
-    if broker_sys is not None:
-        broker_sys["note"] = SYS_NOTE
-    if monitor is None:
-        broker_sys_reason = "not read (sys_stats off)"
-    elif interrupted:
-        broker_sys_reason = "not read: the run was interrupted"
-    else:
-        broker_sys_reason = monitor.monitor.reason
-    records = ex.records
-    results = {nid: o.result for nid, o in outcomes.items() if o.finished}
-    fed.sim.records.clear()  # the simulator never ran: its records stay empty
-    root_id = sc.topology.cloud_id
-    root_result = results.get(root_id)
-    if interrupted:
-        final_state, rounds = _records_outcome(fed, records)
-        status = RunStatus.INTERRUPTED.value
-        reason = f"interrupted at wall-clock time {wall:.6g} s"
-    elif root_result is not None:
-        status, reason = root_result["status"], root_result["reason"]
-        final_state, rounds = root_result["state"], int(root_result["iterations"])
-    else:
-        final_state, rounds = _records_outcome(fed, records)
-        status = RunStatus.STALLED.value
-        failure = outcomes[root_id].failure
-        if outcomes[root_id].crashed is not None:
-            reason = (
-                f"the root {root_id!r} crashed ({outcomes[root_id].crashed}); no round can close"
-            )
-        elif failure is not None:
-            reason = f"the root lost the broker: {failure}"
-        elif timed_out:
-            reason = (
-                f"the root {root_id!r} did not finish within the {timeout_s:g} s wall-clock limit"
-            )
-        else:
-            reason = f"the root {root_id!r} stopped without finishing"
-    status, reason, metrics, metrics_reason, labels = _quality(
-        fed, status, reason, final_state, root_finished=root_result is not None
+    transport = MqttTransport(
+        broker if isinstance(broker, Endpoint) else Endpoint(broker, port),
+        timeout_s=timeout_s,
+        protocol=protocol,
+        sys_stats=sys_stats,
+        node_brokers=node_brokers,
+        run_id=run_id,
+        emulate_links=emulate_links,
+        processes=processes,
+        progress=progress,
+        insecure=insecure,
+        key_dir=key_dir,
     )
-    rows = _round_rows(fed, pooled_observer(fed), records)
-    per_tier: dict[str, dict[str, int]] = {}
-    for r in outcomes.values():
-        row = per_tier.setdefault(
-            r.tier,
-            {
-                "nodes": 0,
-                "publishes": 0,
-                "delivered": 0,
-                "bytes_up": 0,
-                "bytes_down": 0,
-                "payload_bytes_up": 0,
-                "payload_bytes_down": 0,
-                "messages_up": 0,
-                "messages_down": 0,
-                "reconnects": 0,
-            },
-        )
-        t = r.traffic
-        row["nodes"] += 1
-        row["publishes"] += t.publishes
-        row["delivered"] += t.delivered
-        row["messages_up"] += t.publishes
-        row["messages_down"] += t.delivered
-        row["reconnects"] += t.reconnects
-        row["bytes_up"] += t.packet_bytes_out
-        row["bytes_down"] += t.packet_bytes_in
-        row["payload_bytes_up"] += t.payload_bytes_out
-        row["payload_bytes_down"] += t.payload_bytes_in
-    for row in per_tier.values():
-        row["bytes_total"] = row["bytes_up"] + row["bytes_down"]
-    per_tier = dict(sorted(per_tier.items()))
-    up = sum(r["bytes_up"] for r in per_tier.values())
-    down = sum(r["bytes_down"] for r in per_tier.values())
-    pay_up = sum(r["payload_bytes_up"] for r in per_tier.values())
-    pay_down = sum(r["payload_bytes_down"] for r in per_tier.values())
-    presence = {
-        "publishes": sum(r.traffic.presence_publishes for r in outcomes.values()),
-        "bytes_up": sum(r.traffic.presence_bytes_out for r in outcomes.values()),
-        "delivered": sum(r.traffic.presence_delivered for r in outcomes.values()),
-        "bytes_down": sum(r.traffic.presence_bytes_in for r in outcomes.values()),
-    }
-    qos1 = fed.protocol.qos == 1
-    messages_up = sum(r["messages_up"] for r in per_tier.values())
-    messages_down = sum(r["messages_down"] for r in per_tier.values())
-    notes = [f"{k} (x{n})" if n > 1 else k for k, n in sorted(caught.items())]
-    ignored = _faults_ignored(sc, emulate_links)
-    if ignored:
-        notes.append(ignored)
-    notes += [r.failure for r in outcomes.values() if r.failure is not None]
-    notes += [r.idled_out for r in outcomes.values() if r.idled_out is not None]
-    crashed = sorted(
-        (
-            {"node": nid, "t": round(float(o.crashed_at or 0.0), 3), "reason": o.crashed}
-            for nid, o in outcomes.items()
-            if o.crashed is not None
-        ),
-        key=lambda c: (c["t"], c["node"]),
-    )
-    link_lost: dict[str, dict[str, int]] = {}
-    for o in outcomes.values():
-        if o.link_lost:
-            row = link_lost.setdefault(o.tier, {})
-            row["loss"] = row.get("loss", 0) + o.link_lost
-    summary: dict[str, Any] = {
-        "status": status,
-        "reason": reason,
-        "converged": status == RunStatus.CONVERGED.value,
-        "scenario": sc.name,
-        "seed": sc.seed,
-        "transport": "mqtt",
-        "broker": endpoint.url,
-        "run_id": fed.protocol.run,
-        "rounds": rounds,
-        "bytes_up": up,
-        "bytes_down": down,
-        "bytes_total": up + down,
-        "bytes_per_round": (up + down) / rounds if rounds else None,
-        "payload_bytes": {"up": pay_up, "down": pay_down, "total": pay_up + pay_down},
-        # a successful PUBACK is 4 bytes (MQTT 3.1.1 §3.4, MQTT 5 §3.4.2.1)
-        "ack_bytes": {
-            "up": 4 * messages_down if qos1 else 0,
-            "down": 4 * messages_up if qos1 else 0,
-        },
-        "messages": messages_up + messages_down,
-        "presence": presence,
-        "emulated_links": None
-        if not emulate_links
-        else {
-            "lost": sum(r.link_lost for r in outcomes.values()),
-            "gave_up": sum(r.link_gave_up for r in outcomes.values()),
-        },
-        "processes": ex.processes,
-        "retained_cleared": cleared,
-        "messages_dropped": None,
-        "dropped_by_reason": None,
-        "messages_not_sent": None,
-        "deliveries_abandoned": None,
-        "events_suppressed": None,
-        "retransmissions": None,
-        "duplicates": sum(1 for r in records if r["kind"] == "duplicate"),
-        "virtual_time_s": None,  # no virtual clock: see wall_time_s
-        "wall_time_s": round(wall, 3),
-        "metrics": metrics,
-        "metrics_reason": metrics_reason,
-        "clients": len(fed.client_indices),
-        "per_tier": per_tier,
-        "broker_sys": broker_sys,
-        "broker_sys_reason": broker_sys_reason,
-        "warnings": notes,
-        "failed_rounds": _failed_rounds(rows),
-        "crashed": crashed,
-        "dropped": dropped_report(records, fed.tiers, network=link_lost),
-        "republished": sum(o.republished for o in outcomes.values()),
-    }
-    fed.final_state = final_state
-    fed.final_labels = labels
-    block, fed.client_rows = personalization_report(fed, results)
-    if block is not None:
-        summary["personalization"] = block
-    privacy = privacy_report(sc, rounds, records, signing_report(keys))
-    if privacy is not None:
-        summary["privacy"] = privacy
-    return fed, summary, rows
+    return Run(sc, transport, seed=seed).execute()
 
 
 def _clear_retained(ex: Execution, broker_of: dict[str, Endpoint], protocol: int) -> int:
@@ -541,8 +529,8 @@ def run_scenario_mqtt(
         ensure_open_files(1 + t.clients.count + sum(tier.count for tier in t.tiers))
     with _broker(broker) as endpoint:
         asyncio.run(probe_broker(endpoint, protocol=protocol))
-        stage, digest = _start_record(sc, out_dir, seed, overwrite)
-        try:
+
+        def execute() -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
             with _progress_bar(sc, progress and processes == 1) as tick:
                 fed, summary, rows = mqtt_run(
                     sc,
@@ -557,22 +545,18 @@ def run_scenario_mqtt(
                     insecure=insecure,
                     key_dir=key_dir,
                 )
-        except BaseException:
-            stage.abort()  # the earlier record, if any, stays
-            raise
-    try:
-        if broker is None:
-            summary["broker"] = "private mosquitto on 127.0.0.1"
-        return _write_record(
-            fed,
-            summary,
-            rows,
-            stage,
-            digest=digest,
+            if broker is None:
+                summary["broker"] = "private mosquitto on 127.0.0.1"
+            return fed, summary, rows
+
+        return write_run(
+            sc,
+            out_dir,
+            execute,
+            seed=seed,
+            overwrite=overwrite,
             command=command,
             events=False,
             plots=plots,
             elapsed_key="wall_time_s",
         )
-    finally:
-        stage.abort()

@@ -1,0 +1,190 @@
+"""The tensor family's declaration: E-FKMVC, FedHK-PARAFAC2, FedHK-Tucker, FedHK-MVC-Person.
+
+"Personalized Federated Heat-Kernel Enhanced Multi-View Clustering via Advanced Tensor
+Decomposition". The node-side half is :mod:`fedstrata.plugins.tensor`; this module is
+what scenario files, ``validate``, ``fedstrata cluster`` and the records know of the
+family (see :mod:`fedstrata.plugins.spec`). Unset keys take the method's defaults
+(:class:`~fedstrata.algorithms.tensor.model.TensorModel`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from fedstrata.errors import FedstrataError, ScenarioError
+from fedstrata.plugins.spec import AlgorithmPlugin, AlgorithmSettings, BuildInput, Capabilities
+from fedstrata.settings import ScenarioErrors
+
+__all__ = [
+    "TENSOR",
+    "EFkmvcSettings",
+    "FedHkMvcPersonSettings",
+    "FedHkParafac2Settings",
+    "FedHkTuckerSettings",
+]
+
+Fuzzifier = Annotated[float, Field(gt=1.0, le=50.0, description="(1, 50]")]
+Exponent = Annotated[float, Field(gt=1.0, le=1000.0, description="(1, 1000]")]
+Epochs = Annotated[int, Field(ge=1, le=1000, description="1 .. 1000")]
+Rank = Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")]
+Ranks = Annotated[
+    list[Annotated[int, Field(ge=1, le=10_000)]],
+    Field(min_length=3, max_length=3, description="three ranks, each 1 .. 10000"),
+]
+Unit = Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")]
+Tau = Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")]
+Step = Annotated[float, Field(ge=0.0, le=10.0, description="[0, 10]")]
+
+
+class _TensorSettings(AlgorithmSettings):
+    """Keys every tensor method reads: ``m``, ``alpha`` (default 2 here), ``local_epochs``."""
+
+    m: Fuzzifier = 2.0
+    alpha: Exponent = 2.0
+    local_epochs: Epochs | None = None
+
+
+class EFkmvcSettings(_TensorSettings):
+    """``e-fkmvc``: ``local_epochs`` and the personalisation steps ``eps_a``/``eps_v``."""
+
+    name: Literal["e-fkmvc"]
+    eps_a: Step | None = None
+    eps_v: Step | None = None
+
+
+class FedHkParafac2Settings(_TensorSettings):
+    """``fedhk-parafac2``: PARAFAC2 ``rank``, ``lam`` and ``tau``.
+
+    ``lam``: λ, the weight of the global factors in a client's blend; ``tau``: τ of the
+    clients' softmax weights.
+    """
+
+    name: Literal["fedhk-parafac2"]
+    rank: Rank | None = None
+    lam: Unit | None = None
+    tau: Tau | None = None
+
+
+class FedHkTuckerSettings(_TensorSettings):
+    """``fedhk-tucker``: Tucker's three ``ranks``, ``lam`` and ``tau``."""
+
+    name: Literal["fedhk-tucker"]
+    ranks: Ranks | None = None
+    lam: Unit | None = None
+    tau: Tau | None = None
+
+
+class FedHkMvcPersonSettings(_TensorSettings):
+    """``fedhk-mvc-person``: a ``decomposition``, its rank(s), ``lam``, ``tau``, ``rho``, ``beta``.
+
+    ``decomposition``: parafac2 (default), tucker or cp, with ``rank`` (PARAFAC2, CP) or
+    ``ranks`` (Tucker); ``rho``: the view-weight blend; ``beta``: the λ step.
+    """
+
+    name: Literal["fedhk-mvc-person"]
+    rank: Rank | None = None
+    ranks: Ranks | None = None
+    lam: Unit | None = None
+    tau: Tau | None = None
+    rho: Unit | None = None
+    beta: Annotated[float, Field(ge=0.0, le=1e3, description="[0, 1000]")] | None = None
+    decomposition: Literal["parafac2", "tucker", "cp"] | None = None
+
+    @model_validator(mode="after")
+    def _rank_fits(self) -> FedHkMvcPersonSettings:
+        decomposition = self.decomposition or "parafac2"
+        wrong = "rank" if decomposition == "tucker" else "ranks"
+        if wrong in self.model_fields_set:
+            raise ScenarioErrors(
+                [
+                    ScenarioError(
+                        f"{wrong} does not fit decomposition {decomposition!r} (Tucker takes "
+                        "ranks, PARAFAC2 and CP take rank); remove it",
+                        path=f"algorithm.{wrong}",
+                    )
+                ]
+            )
+        return self
+
+
+_KEYS = ("m", "alpha", "local_epochs", "eps_a", "eps_v", "rank", "lam", "tau", "rho", "beta")
+
+
+def build(inp: BuildInput) -> Any:
+    """The :class:`~fedstrata.algorithms.tensor.model.TensorModel`: set keys, defaults else.
+
+    A value the model refuses (a rank above a view's feature count, say) becomes a
+    :class:`~fedstrata.errors.ScenarioError` on ``algorithm`` (on the rank key it names).
+    """
+    from fedstrata.algorithms.tensor.model import TensorModel
+
+    s = inp.settings
+    if inp.dims is None:
+        raise ScenarioError(
+            f"{s.name} needs the views' feature counts to build its model", path="algorithm"
+        )
+    params: dict[str, Any] = {k: getattr(s, k) for k in _KEYS if k in s.model_fields_set}
+    if getattr(s, "ranks", None) is not None:
+        params["ranks"] = tuple(s.ranks)  # type: ignore[attr-defined]
+    if getattr(s, "decomposition", None) is not None:
+        params["decomposition"] = s.decomposition  # type: ignore[attr-defined]
+    try:
+        return TensorModel(s.name, s.n_clusters, tuple(int(d) for d in inp.dims), **params)
+    except FedstrataError as exc:
+        msg = str(exc)
+        key = next((k for k in ("ranks", "rank") if k in params and f"{k} " in msg.lower()), "")
+        if not key and "rank" in msg.lower():
+            key = next((k for k in ("ranks", "rank") if k in params), "")
+        raise ScenarioError(msg, path=f"algorithm.{key}" if key else "algorithm") from exc
+
+
+def model_arrays(model: Any) -> dict[str, Any]:
+    """The fuzzifier ``m`` and view-weight exponent ``alpha`` of the model that ran."""
+    return {"m": np.float64(model.m), "alpha": np.float64(model.alpha)}
+
+
+_SUMS = "its clients send pre-weighted sums; the server rule is the paper's"
+
+TENSOR = AlgorithmPlugin(
+    family="tensor",
+    settings=(EFkmvcSettings, FedHkParafac2Settings, FedHkTuckerSettings, FedHkMvcPersonSettings),
+    build=build,
+    needs_dims=True,
+    capabilities=Capabilities(
+        rules=("sum",),
+        kernel_scopes=("global",),
+        secure_aggregation=True,
+        hybrid_views=True,
+        reasons={
+            "rule": "{name} runs with rule 'sum' (" + _SUMS + "), not {value!r}",
+            "kernel_scope": "{name} scales every client's views with the pooled ranges: "
+            "kernel_scope must be global",
+            "compression": "{name}'s messages are factor sums; compression is for the "
+            "multi-view statistics only",
+            "dp": "differential privacy is calibrated for the multi-view statistics; {name}'s "
+            "factor sums have no clipping bound yet",
+            "personalization": "{name} personalises with its own λ blend (algorithm.lam); "
+            "remove protocol.personalization",
+            "tier_periods": "{name}: a middle tier cannot turn a tensor model back into client "
+            "sums, so tier periods must be 1",
+        },
+    ),
+    model_arrays=model_arrays,
+    refusals=dict.fromkeys(
+        ("kernel", "center_update"),
+        "{name} has its own heat kernel (min-max coefficients) and centre steps; remove {key}",
+    ),
+    estimators={
+        "e-fkmvc": ("fedstrata.algorithms:EFKMVC", frozenset({"m", "alpha"})),
+        "fedhk-parafac2": ("fedstrata.algorithms:FedHKPARAFAC2", frozenset({"m", "alpha", "rank"})),
+        "fedhk-tucker": ("fedstrata.algorithms:FedHKTucker", frozenset({"m", "alpha"})),
+        "fedhk-mvc-person": (
+            "fedstrata.algorithms:FedHKMVCPerson",
+            frozenset({"m", "alpha", "rank"}),
+        ),
+    },
+)
+"""The tensor family's declaration (registered by :mod:`fedstrata.registry`)."""

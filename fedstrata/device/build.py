@@ -23,14 +23,13 @@ from typing import Literal
 
 import numpy as np
 
+import fedstrata.registry  # noqa: F401  (the composition root: registers plug-ins and kinds)
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
-from fedstrata.nodes.config import Address
 from fedstrata.nodes.sealing import Seal
-from fedstrata.plugins.messages import Shape
-from fedstrata.scenarios.build import model_of, node_timing, protocol_config
-from fedstrata.scenarios.preflight import wire_topology
+from fedstrata.scenarios.build import model_of, protocol_config
+from fedstrata.scenarios.node_builder import NodeBuilder, client_seed
 from fedstrata.scenarios.schema import Scenario
 
 __all__ = [
@@ -79,11 +78,6 @@ def scenario_digest(sc: Scenario) -> str:
     metrics code, which is slow to import on a small device).
     """
     return hashlib.sha256(sc.resolved_yaml().encode()).hexdigest()
-
-
-def client_seed(seed: int, j: int) -> int:
-    """The random seed of client ``client-j`` of a scenario with seed ``seed``."""
-    return int(np.random.default_rng([seed, 2, j]).integers(2**31))
 
 
 def build_node(
@@ -136,11 +130,8 @@ def build_node(
     dims = tuple(int(d) for d in dims)
     if not dims or any(d < 1 for d in dims):
         raise ValidationError(f"dims must be positive feature counts, got {dims}")
-    model = model_of(sc, dims)
-    shape = Shape(model.n_clusters, dims)
-    protocol = protocol_config(sc, run)
-    wiring = wire_topology(sc)
-    parent = wiring.parents.get(node_id)
+    nodes = NodeBuilder.of(sc, model_of(sc, dims), dims, protocol_config(sc, run))
+    parent = nodes.wiring.parents.get(node_id)
     if tier == "edge":
         if views is None or view_ids is None:
             raise ValidationError(f"client {node_id} needs its views and their view ids")
@@ -150,37 +141,9 @@ def build_node(
         for g, X in zip(ids, views, strict=True):
             if not 0 <= g < len(dims) or np.ndim(X) != 2 or np.shape(X)[1] != dims[g]:
                 raise ValidationError(f"view {g} does not match dims {dims}")
-        assert parent is not None
-        j = wiring.clients.index(node_id)
-        client = ClientNode(
-            node_id,
-            parent=Address(wiring.tier_of[parent], parent),
-            views=list(views),
-            model=model,
-            protocol=protocol,
-            seed=client_seed(sc.seed, j),
-            view_ids=ids,
-            shape=shape,
-            seal=seal,
-        )
-        return DeviceNode(client, "client", "edge", parent)
+        return DeviceNode(nodes.client(node_id, views, ids, seal), "client", "edge", parent)
     if views is not None or view_ids is not None:
         raise ValidationError(f"{node_id} is an aggregator: it holds no data")
-    deadline, period = node_timing(sc, wiring)[node_id]
-    children = wiring.children[node_id]
-    agg = AggregatorNode(
-        node_id,
-        tier=tier,
-        children=children,
-        parent=None if parent is None else Address(wiring.tier_of[parent], parent),
-        model=model,
-        shape=shape,
-        protocol=protocol,
-        deadline_s=deadline,
-        quorum=sc.protocol.quorum,
-        period=period,
-        clients_below=set(children) <= set(wiring.clients),
-        seal=seal,
-    )
+    agg = nodes.aggregator(node_id, seal)
     role: Role = "root" if parent is None else "aggregator"
-    return DeviceNode(agg, role, tier, parent, tuple(sorted(children)))
+    return DeviceNode(agg, role, tier, parent, tuple(sorted(agg.children)))

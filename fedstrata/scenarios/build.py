@@ -11,24 +11,22 @@ from typing import Any
 
 import numpy as np
 
-from fedstrata.algorithms.deep.config import DEEP_METHODS, DeepModel
+import fedstrata.registry  # noqa: F401  (the composition root: registers plug-ins and kinds)
 from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_references
-from fedstrata.algorithms.multiview import MultiViewModel, auto_fuzzifier
-from fedstrata.algorithms.presets import PRESETS
-from fedstrata.algorithms.schedules import mvkm_ed_model
-from fedstrata.errors import FedstrataError, ScenarioError, ValidationError
+from fedstrata.algorithms.multiview import MultiViewModel
+from fedstrata.errors import ScenarioError, ValidationError
 from fedstrata.mqtt import group_prefix
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.client import ClientNode
-from fedstrata.nodes.config import Address, ProtocolConfig
+from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.sealing import PLAIN, RunKeys, Seal
 from fedstrata.plugins.messages import Shape
+from fedstrata.plugins.spec import BuildInput, plugin_for
 from fedstrata.scenarios.datasets import MultiViewDataset
+from fedstrata.scenarios.node_builder import NodeBuilder, node_timing  # noqa: F401 (re-exported)
 from fedstrata.scenarios.preflight import prepare_data, split_samples, wire_topology
 from fedstrata.scenarios.schema import (
-    TENSOR_METHODS,
-    AlgorithmSpec,
     LatencySpec,
     LinkSpec,
     Scenario,
@@ -36,18 +34,15 @@ from fedstrata.scenarios.schema import (
 )
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Constant, Empirical, LatencyModel, Link, LogNormal, Normal, Pareto
-from fedstrata.wire import DEFAULT_MAX_SIZE
 
 __all__ = [
     "Federation",
     "build_federation",
-    "deep_model_of",
     "latency_model",
     "link_of",
     "model_of",
     "protocol_config",
     "split_data",
-    "tensor_model_of",
 ]
 
 
@@ -132,153 +127,20 @@ def link_of(spec: LinkSpec) -> Link:
 
 
 def model_of(sc: Scenario, dims: Sequence[int] | None = None, n_samples: int | None = None) -> Any:
-    """The clustering model of the scenario's algorithm section.
+    """The clustering model of the scenario's algorithm section, built by its plug-in.
 
-    The tensor and deep families' models depend on the views' feature counts ``dims``
-    (a rank may not exceed them; they are the networks' input sizes), and hk-mvfc's
-    ``preset: real-data`` without ``m`` on the federation's sample count ``n_samples``
-    and ``dims`` (m = "auto"); without them a :class:`~fedstrata.errors.ScenarioError`
-    says so. The deep family's initial networks come from the scenario's ``seed``.
+    Some models depend on the views' feature counts ``dims`` (the tensor family's ranks,
+    the deep family's input sizes; the plug-in's ``needs_dims``) or, like hk-mvfc's
+    ``preset: real-data`` without ``m``, on the federation's sample count ``n_samples``;
+    without them the plug-in raises a :class:`~fedstrata.errors.ScenarioError` saying
+    so. See :class:`fedstrata.plugins.spec.AlgorithmPlugin`.
     """
     a = sc.algorithm
-    if a.name == "hk-mvfc":
-        return hk_model_of(a, dims, n_samples)
-    if a.name == "mvfcm":
-        return MultiViewModel(
-            a.n_clusters,
-            m=a.m,
-            alpha=a.alpha,
-            distance="euclidean",
-            kernel="none",
-            center_update="exact",
-        )
-    if a.name == "mvkm-ed":
-        return mvkm_ed_model(a.n_clusters, a.alpha)
-    if a.name in TENSOR_METHODS:
-        if dims is None:
-            raise ScenarioError(
-                f"{a.name} needs the views' feature counts to build its model",
-                path="algorithm",
-            )
-        return tensor_model_of(a, dims)
-    if a.name in DEEP_METHODS:
-        if dims is None:
-            raise ScenarioError(
-                f"{a.name} needs the views' feature counts to build its model",
-                path="algorithm",
-            )
-        return deep_model_of(a, dims, sc.seed)
-    raise ScenarioError(f"unknown algorithm {a.name!r}", path="algorithm.name")
-
-
-def hk_model_of(
-    a: AlgorithmSpec, dims: Sequence[int] | None, n_samples: int | None
-) -> MultiViewModel:
-    """hk-mvfc's model: the preset's settings, then the keys the scenario sets."""
-    preset = a.preset or "paper"
-    settings: dict[str, Any] = {k: v for k, v in PRESETS[preset].items() if k in _HK_MODEL_KEYS}
-    settings.update({k: getattr(a, k) for k in _HK_MODEL_KEYS if k in a.model_fields_set})
-    bandwidth = settings.pop("bandwidth")
-    settings["bandwidth"] = None if bandwidth in (None, "none") else float(bandwidth)
-    if settings["m"] == "auto":
-        if dims is None or n_samples is None:
-            raise ScenarioError(
-                "preset real-data without m chooses m from the federation's sample count "
-                "and view sizes; give m a number on a device",
-                path="algorithm.m",
-            )
-        settings["m"] = auto_fuzzifier(int(n_samples), list(dims), a.n_clusters)
-    return MultiViewModel(a.n_clusters, **settings)
-
-
-_HK_MODEL_KEYS = (
-    "m",
-    "alpha",
-    "kernel",
-    "center_update",
-    "bandwidth",
-    "standardize",
-    "view_balance",
-)
-
-
-def tensor_model_of(a: AlgorithmSpec, dims: Sequence[int]) -> Any:
-    """The tensor family's model: the keys the scenario sets, the method's defaults else.
-
-    A value the model refuses (a rank above a view's feature count, say) becomes a
-    :class:`~fedstrata.errors.ScenarioError` on ``algorithm``.
-    """
-    from fedstrata.algorithms.tensor.model import TensorModel
-
-    keys = ("m", "alpha", "local_epochs", "eps_a", "eps_v", "rank", "lam", "tau", "rho", "beta")
-    params: dict[str, Any] = {k: getattr(a, k) for k in keys if k in a.model_fields_set}
-    if a.ranks is not None:
-        params["ranks"] = tuple(a.ranks)
-    if a.decomposition is not None:
-        params["decomposition"] = a.decomposition
-    try:
-        return TensorModel(a.name, a.n_clusters, tuple(int(d) for d in dims), **params)
-    except FedstrataError as exc:
-        msg = str(exc)
-        key = next((k for k in ("ranks", "rank") if k in params and f"{k} " in msg.lower()), "")
-        if not key and "rank" in msg.lower():
-            key = next((k for k in ("ranks", "rank") if k in params), "")
-        raise ScenarioError(msg, path=f"algorithm.{key}" if key else "algorithm") from exc
-
-
-_DEEP_MODEL_KEYS = (
-    "hidden",
-    "latent",
-    "head",
-    "pretrain_rounds",
-    "train_rounds",
-    "pretrain_epochs",
-    "local_epochs",
-    "copy_epochs",
-    "batch_size",
-    "lr",
-    "temperature",
-    "contrast_weight",
-    "mu",
-    "noise",
-    "kmeans_rounds",
-    "mi_bins",
-)
-
-
-def deep_model_of(a: AlgorithmSpec, dims: Sequence[int], seed: int) -> DeepModel:
-    """The deep family's model: the keys the scenario sets, :class:`DeepModel`'s defaults else.
-
-    ``seed`` (the scenario's) fixes the initial networks. A value the model refuses
-    (fmcsc with a single view, say) becomes a :class:`~fedstrata.errors.ScenarioError`
-    on the key it names, else on ``algorithm``.
-    """
-    params: dict[str, Any] = {
-        k: getattr(a, k)
-        for k in _DEEP_MODEL_KEYS
-        if k in a.model_fields_set and getattr(a, k) is not None
-    }
-    if "hidden" in params:
-        params["hidden"] = tuple(params["hidden"])
-    try:
-        model = DeepModel(
-            a.name, a.n_clusters, tuple(int(d) for d in dims), seed=int(seed), **params
-        )
-    except ValidationError as exc:
-        msg = str(exc)
-        key = msg.split(" ", 1)[0]
-        raise ScenarioError(msg, path=f"algorithm.{key}" if key in params else "algorithm") from exc
-    # a model body carries every global network; it must fit one wire message
-    models = model.n_views + 1 if model.method == "fmcsc" else 1
-    size = 4 * model.parameter_count * models
-    if size > DEFAULT_MAX_SIZE - 64 * 1024:
-        raise ScenarioError(
-            f"{a.name}'s model body would carry {models} network(s) of "
-            f"{model.parameter_count:,} float32 parameters ({size / 2**20:.0f} MiB), over "
-            f"the wire limit of {DEFAULT_MAX_SIZE // 2**20} MiB; choose smaller hidden widths",
-            path="algorithm.hidden",
-        )
-    return model
+    plugin = plugin_for(a.name)
+    if plugin is None:
+        raise ScenarioError(f"unknown algorithm {a.name!r}", path="algorithm.name")
+    shape = None if dims is None else tuple(int(d) for d in dims)
+    return plugin.build(BuildInput(a, shape, n_samples, sc.seed, sc))
 
 
 def split_data(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:
@@ -315,18 +177,10 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         compression=pr.compression.scheme,
         compression_bits=pr.compression.bits or 8,
         kind=pr.kind,
+        settings=pr.settings,
         stragglers=pr.stragglers,
         sample=pr.sample,
         over_select=pr.over_select,
-        mixing=pr.mixing,
-        staleness=pr.staleness.function,
-        staleness_a=pr.staleness.a,
-        staleness_b=pr.staleness.b,
-        max_staleness=pr.max_staleness,
-        buffer_size=pr.buffer_size,
-        lambda_net=pr.lambda_net,
-        network_kernel=None if pr.network_kernel is None else pr.network_kernel.f,
-        network_tau_s=1.0 if pr.network_kernel is None else pr.network_kernel.tau_s,
         dp_clip=dp_clip(sc),
         dp_block_clips=()
         if sc.privacy.dp is None or isinstance(sc.privacy.dp.clip, float)
@@ -427,32 +281,6 @@ def dp_noise_multiplier(sc: Scenario) -> float:
     return float(sigma_for(dp.epsilon, dp.delta, sc.protocol.rounds))
 
 
-def node_timing(sc: Scenario, wiring: Any = None) -> dict[str, tuple[float, int]]:
-    """Each aggregator's collection deadline (seconds) and period, by node id.
-
-    The root collects for ``protocol.deadline_s``; a middle-tier node for its tier's
-    ``deadline_s`` or, when absent, 0.8 of its parent's deadline divided by its period
-    (it must close ``period`` times before its parent does once). A node's period is
-    its tier's ``periods`` entry, else the tier's ``period``; the root's is 1.
-    """
-    wiring = wire_topology(sc) if wiring is None else wiring
-    spec_of = {t.name: t for t in sc.topology.tiers}
-    timing: dict[str, tuple[float, int]] = {}
-    for level, (name, group) in enumerate(wiring.tiers):
-        spec = spec_of.get(name)
-        for node in group:
-            if level == 0 or spec is None:
-                timing[node] = (sc.protocol.deadline_s, 1)
-                continue
-            period = spec.periods.get(node, spec.period)
-            parent_deadline = timing[wiring.parents[node]][0]
-            deadline = (
-                spec.deadline_s if spec.deadline_s is not None else parent_deadline * 0.8 / period
-            )
-            timing[node] = (deadline, period)
-    return timing
-
-
 def build_federation(
     sc: Scenario,
     *,
@@ -471,48 +299,31 @@ def build_federation(
     ds = data.dataset
     dims = tuple(X.shape[1] for X in ds.views)
     model = model_of(sc, dims, ds.n_samples)
-    shape = Shape(model.n_clusters, dims)
-    pr = sc.protocol
     protocol = protocol_config(
         sc, sc.name.replace("/", "_").replace("+", "_").replace("#", "_") or "run"
     )
     indices, held = data.indices, data.held
     wiring = wire_topology(sc)  # raises when an aggregator would have no children
-    tiers, tier_of, parents = wiring.tiers, wiring.tier_of, wiring.parents
-    children, clients = wiring.children, wiring.clients
+    tiers, tier_of, parents, clients = wiring.tiers, wiring.tier_of, wiring.parents, wiring.clients
     seals = seals_for(sc, [n for _, group in tiers for n in group] + list(clients), keys)
+    nodes = NodeBuilder.of(sc, model, dims, protocol, wiring)
+    shape = nodes.shape
 
     sim = Simulation(sc.seed, record_events=record_events)
     for name, group in tiers:
         for node in group:
             sim.add_broker(node, [group_prefix(protocol.run, name, node)])
     spec_of = {t.name: t for t in sc.topology.tiers}
-    timing = node_timing(sc, wiring)
-    for level, (name, group) in enumerate(tiers):
+    for name, group in tiers:
         spec = spec_of.get(name)
         for node in group:
             parent = parents.get(node)
-            deadline, period = timing[node]
-            agg = AggregatorNode(
-                node,
-                tier=name,
-                children=children[node],
-                parent=None if parent is None else Address(tier_of[parent], parent),
-                model=model,
-                shape=shape,
-                protocol=protocol,
-                deadline_s=deadline,
-                quorum=pr.quorum,
-                period=period,
-                clients_below=level == len(tiers) - 1,
-                seal=seals[node],
-            )
             conns = [Connection(node, None)]
             if parent is not None:
                 assert spec is not None
                 conns.append(Connection(parent, link_of(spec.link)))
             sim.add_node(
-                agg,
+                nodes.aggregator(node, seals[node]),
                 connections=conns,
                 tier=name,
                 speed_flops=(spec.speed_gflops if spec else 100.0) * 1e9,
@@ -521,21 +332,9 @@ def build_federation(
     client_indices = {}
     for j, (c, idx) in enumerate(zip(clients, indices, strict=True)):
         client_indices[c] = idx
-        parent = parents[c]
-        node = ClientNode(
-            c,
-            parent=Address(tier_of[parent], parent),
-            views=[ds.views[g][idx] for g in held[j]],
-            model=model,
-            protocol=protocol,
-            seed=int(np.random.default_rng([sc.seed, 2, j]).integers(2**31)),
-            view_ids=held[j],
-            shape=shape,
-            seal=seals[c],
-        )
         sim.add_node(
-            node,
-            connections=[Connection(parent, link_of(client_link))],
+            nodes.client(c, [ds.views[g][idx] for g in held[j]], held[j], seals[c]),
+            connections=[Connection(parents[c], link_of(client_link))],
             tier="edge",
             speed_flops=sc.topology.clients.speed_gflops * 1e9,
         )

@@ -83,6 +83,8 @@ from fedstrata.errors import TransportError
 from fedstrata.mqtt import PROTOCOL_MQTT5, presence_topic
 from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.nodes.algorithm import Algorithm
+from fedstrata.plugins.spec import model_arrays_of
+from fedstrata.scenarios.build import model_of
 from fedstrata.scenarios.mqtt_nodes import idle_timeout_s, parent_topics
 
 __all__ = [
@@ -184,8 +186,7 @@ def _model_arrays(
     arrays["rounds"] = np.int64(rounds)
     arrays["algorithm"] = np.str_(sc.algorithm.name)
     arrays["n_clusters"] = np.int64(sc.algorithm.n_clusters)
-    arrays["m"] = np.float64(sc.algorithm.m)
-    arrays["alpha"] = np.float64(sc.algorithm.alpha)
+    arrays.update(model_arrays_of(sc.algorithm.name, model_of(sc, cfg.dims)))  # its own only
     return arrays
 
 
@@ -341,20 +342,46 @@ async def _serve(
             main.uncancel()
         return "interrupted", f"interrupted by {received[0]} {when}"
 
-    if received:
-        return interrupted("before the node connected")
-    try:
-        problem = await _probe(cfg, mqtt_log)
-    except asyncio.CancelledError:
-        if not received:
-            raise
-        return interrupted("before the node connected")
-    if received:  # a cancellation swallowed by the probe (Python 3.11, gh-86296)
+    stopped, problem = await _connect(cfg, mqtt_log, received)
+    if stopped:
         return interrupted("before the node connected")
     if problem is not None:
         return "transport_failed", problem
     if on_connected is not None:
         on_connected()
+    await _drive(cfg, runner, received)
+    end = _end_of(cfg, runner)
+    if end is not None:
+        return end
+    if received:
+        return interrupted(f"after {runner.log.now():.1f} s")
+    if runner.failure is not None:
+        return "transport_failed", runner.failure
+    assert cfg.timeout_s is not None
+    return (
+        "timed_out",
+        f"{cfg.node_id} did not finish within its {cfg.timeout_s:g} s limit (timeout_s)",
+    )
+
+
+async def _connect(
+    cfg: NodeConfig, mqtt_log: _MqttLog, received: list[str]
+) -> tuple[bool, str | None]:
+    """Probe the broker unless a signal came: ``(interrupted, problem)``."""
+    if received:
+        return True, None
+    try:
+        problem = await _probe(cfg, mqtt_log)
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        return True, None
+    # a signal whose cancellation the probe swallowed (Python 3.11, gh-86296)
+    return bool(received), problem
+
+
+async def _drive(cfg: NodeConfig, runner: NodeRunner, received: list[str]) -> None:
+    """Run the node until it ends, its time is up or a signal came; a node's bug is raised."""
     runner.log.t0 = time.monotonic()
     task = asyncio.create_task(runner.run(), name=f"node-{cfg.node_id}")
     try:
@@ -369,21 +396,17 @@ async def _serve(
         exc = task.exception()
         if exc is not None:
             raise exc
+
+
+def _end_of(cfg: NodeConfig, runner: NodeRunner) -> tuple[str, str] | None:
+    """How the node itself ended (finished, crashed, lost its parent), or ``None``."""
     if runner.finished:
         return "finished", ""
     if runner.crashed is not None:
         return "crashed", f"{cfg.node_id} crashed: {runner.crashed}"
     if runner.idled_out is not None:
         return "parent_lost", runner.idled_out
-    if received:
-        return interrupted(f"after {runner.log.now():.1f} s")
-    if runner.failure is not None:
-        return "transport_failed", runner.failure
-    assert cfg.timeout_s is not None
-    return (
-        "timed_out",
-        f"{cfg.node_id} did not finish within its {cfg.timeout_s:g} s limit (timeout_s)",
-    )
+    return None
 
 
 def _refuse_finished(out: Path) -> None:

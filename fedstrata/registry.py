@@ -8,8 +8,22 @@ simulator's and the MQTT runner's builders, ``fedstrata node``) imports it first
 from __future__ import annotations
 
 import fedstrata.plugins  # noqa: F401  (registers the built-in algorithm families)
-from fedstrata.nodes.strategy import register_strategy
-from fedstrata.protocols import FACTORIES
+from fedstrata.plugins.deep_spec import DEEP
+from fedstrata.plugins.multiview_spec import MULTIVIEW
+from fedstrata.plugins.spec import register_algorithm_plugin
+from fedstrata.plugins.tensor_spec import TENSOR
+from fedstrata.protocols.asynchronous import ASYNC
+from fedstrata.protocols.buffered import BUFFERED
+from fedstrata.protocols.kind import register_kind
+from fedstrata.protocols.network_aware import ADAPTIVE
+from fedstrata.protocols.sync import SYNC
 
-for _kind, _factory in FACTORIES.items():
-    register_strategy(_kind, _factory)
+register_kind(SYNC)
+register_kind(ASYNC)
+register_kind(BUFFERED)
+register_kind(ADAPTIVE)
+
+# algorithm plug-ins' declarations (schema, capabilities, model); the first is the default
+register_algorithm_plugin(MULTIVIEW)
+register_algorithm_plugin(TENSOR)
+register_algorithm_plugin(DEEP)

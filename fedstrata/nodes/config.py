@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from fedstrata.algorithms.combine import RULES
-from fedstrata.algorithms.compression import MAX_BITS, MIN_BITS, SCHEMES
 from fedstrata.errors import ValidationError
-from fedstrata.protocols import KINDS
-from fedstrata.protocols.staleness import STALENESS_KINDS
-from fedstrata.protocols.sync import STRAGGLER_POLICIES
+from fedstrata.nodes.rounds import STRAGGLER_POLICIES
 
 __all__ = ["TOL_MODES", "Address", "ProtocolConfig"]
 
@@ -73,29 +70,25 @@ class ProtocolConfig:
     plateau_tol
         The relative improvement that counts for ``plateau``.
     compression, compression_bits
-        Clients only: how they compress their partials on the uplink, one of
-        :data:`~fedstrata.algorithms.compression.SCHEMES` (``"none"``: float64, the
-        bytes of an uncompressed run), and the bits per element of ``"qsgd"``
-        (``2 .. 8``, ignored otherwise). Aggregators decode whatever they receive.
-        A model message may ask for another scheme (the adaptive protocol does).
+        Clients only: how they compress their partials on the uplink, a scheme of the
+        algorithm's codec (``"none"``: float64, the bytes of an uncompressed run), and
+        the bits per element of ``"qsgd"``. Aggregators decode whatever they receive. A
+        model message may ask for another scheme (the adaptive protocol does). The
+        codec checks the names (the node core knows none).
     kind
-        The root's protocol (:data:`~fedstrata.protocols.KINDS`): ``"sync"``,
-        ``"async"`` (FedAsync), ``"buffered"`` (FedBuff) or ``"adaptive"``
-        (network-aware plan per round). Middle tiers run synchronous rounds.
+        The root's protocol kind, a name registered with
+        :func:`~fedstrata.nodes.strategy.register_strategy` (the built-ins: ``"sync"``,
+        ``"async"`` (FedAsync), ``"buffered"`` (FedBuff), ``"adaptive"``). Middle tiers
+        run synchronous rounds.
+    settings
+        The kind's own settings (its declared, frozen settings model, e.g. FedAsync's
+        mixing weight and staleness function), read only by the kind's strategy
+        factory; ``None``: the kind's defaults.
     stragglers, sample, over_select
-        Synchronous rounds (:class:`~fedstrata.protocols.sync.SyncRounds`): the
-        straggler policy (``wait``, ``drop``, ``use_last``), the fraction of an
-        aggregator's clients a round wants, and the extra fraction asked.
-    mixing, staleness, staleness_a, staleness_b, max_staleness, buffer_size
-        Asynchronous kinds (:mod:`fedstrata.protocols.asynchronous`): mixing weight α,
-        staleness function and its parameters (None: the paper's defaults), the
-        oldest reply still used (versions) and FedBuff's K.
-    lambda_net
-        Adaptive kind: λ_net of Eq. 139, in 1/seconds of expected round time.
-    network_kernel, network_tau_s
-        Adaptive kind, experimental (Eq. 138): the function f (``"exp"``) by which the
-        root scales each client's heat-kernel coefficients from its observed reply
-        delay, f = exp(−delay / τ); ``None``: off.
+        Synchronous rounds (:class:`~fedstrata.nodes.rounds.SyncRounds`, which every
+        kind runs in its middle tiers): the straggler policy (``wait``, ``drop``,
+        ``use_last``), the fraction of an aggregator's clients a round wants, and the
+        extra fraction asked.
     personal_iters
         Personalization (FedHK-MVFC Eq. 78/79), ``None`` for off: on the final model,
         each client fits this many local iterations from the global model (or keeps
@@ -147,18 +140,10 @@ class ProtocolConfig:
     compression: str = "none"
     compression_bits: int = 8
     kind: str = "sync"
+    settings: Any = None
     stragglers: str = "wait"
     sample: float = 1.0
     over_select: float = 0.0
-    mixing: float = 1.0
-    staleness: str = "polynomial"
-    staleness_a: float | None = None
-    staleness_b: float | None = None
-    max_staleness: int = 1000
-    buffer_size: int = 2
-    lambda_net: float = 1.0
-    network_kernel: str | None = None
-    network_tau_s: float = 1.0
     personal_iters: int | None = None
     personal: tuple[tuple[str, float, float], ...] = ()
     dp_clip: float | None = None
@@ -208,7 +193,6 @@ class ProtocolConfig:
         clash = [
             what
             for what, bad in (
-                (f"kind {self.kind!r} (needs 'sync')", self.kind != "sync"),
                 (f"stragglers {self.stragglers!r} (needs 'wait')", self.stragglers != "wait"),
                 ("over_select > 0", self.over_select > 0),
                 (f"compression {self.compression!r}", self.compression != "none"),
@@ -223,8 +207,9 @@ class ProtocolConfig:
             )
 
     def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise ValidationError(f"rule must be one of {RULES}, got {self.rule!r}")
+        # The rule, compression and kind names belong to the algorithm plug-in, its
+        # codec and the protocol kinds, which check them where they are used; a kind
+        # checks its own settings and whether it runs with secure aggregation.
         if self.rule == "sum" and self.local_iters != 1:
             raise ValidationError("rule 'sum' aggregates every iteration: local_iters must be 1")
         if self.rounds < 1 or self.local_iters < 1 or self.patience < 1:
@@ -243,32 +228,12 @@ class ProtocolConfig:
             raise ValidationError(f"plateau must be >= 1 rounds or None, got {self.plateau!r}")
         if not 0 <= self.plateau_tol < 1:
             raise ValidationError(f"plateau_tol must be in [0, 1), got {self.plateau_tol!r}")
-        if self.compression not in SCHEMES:
-            raise ValidationError(f"compression must be one of {SCHEMES}, got {self.compression!r}")
-        if self.kind not in KINDS:
-            raise ValidationError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.kind in ("async", "buffered") and self.rule == "median":
-            raise ValidationError(f"kind {self.kind!r} mixes sums; rule 'median' is not a sum")
         if self.stragglers not in STRAGGLER_POLICIES:
             raise ValidationError(
                 f"stragglers must be one of {STRAGGLER_POLICIES}, got {self.stragglers!r}"
             )
         if not 0.0 < self.sample <= 1.0 or not 0.0 <= self.over_select <= 100.0:
             raise ValidationError("sample must lie in (0, 1] and over_select in [0, 100]")
-        if not 0.0 < self.mixing <= 1.0:
-            raise ValidationError(f"mixing must lie in (0, 1], got {self.mixing!r}")
-        if self.staleness not in STALENESS_KINDS:
-            raise ValidationError(
-                f"staleness must be one of {STALENESS_KINDS}, got {self.staleness!r}"
-            )
-        if self.max_staleness < 0 or self.buffer_size < 1 or not self.lambda_net >= 0:
-            raise ValidationError("max_staleness >= 0, buffer_size >= 1 and lambda_net >= 0")
-        if self.network_kernel is not None and (
-            self.kind != "adaptive" or self.rule != "sum" or self.network_kernel != "exp"
-        ):
-            raise ValidationError("network_kernel 'exp' is for kind 'adaptive' with rule 'sum'")
-        if not self.network_tau_s > 0:
-            raise ValidationError(f"network_tau_s must be > 0, got {self.network_tau_s!r}")
         if self.dp_clip is not None and (self.rule != "sum" or not self.dp_clip > 0):
             raise ValidationError("dp_clip must be > 0, with rule 'sum'")
         if not self.dp_noise >= 0:
@@ -287,8 +252,3 @@ class ProtocolConfig:
         for nid, gamma, rho in self.personal:
             if not (0.0 <= gamma <= 1.0 and 0.0 <= rho <= 1.0):
                 raise ValidationError(f"gamma and rho of {nid} must lie in [0, 1]")
-        if not MIN_BITS <= self.compression_bits <= MAX_BITS:
-            raise ValidationError(
-                f"compression_bits must be in {MIN_BITS} .. {MAX_BITS}, "
-                f"got {self.compression_bits!r}"
-            )

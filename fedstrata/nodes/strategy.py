@@ -39,6 +39,7 @@ __all__ = [
     "StrategyFactory",
     "register_strategy",
     "strategy_for",
+    "unregister_strategy",
 ]
 
 
@@ -186,6 +187,11 @@ def register_strategy(kind: str, factory: StrategyFactory) -> None:
     _KINDS[kind] = factory
 
 
+def unregister_strategy(kind: str) -> None:
+    """Forget the factory of ``kind`` (a kind a test registered for itself)."""
+    _KINDS.pop(kind, None)
+
+
 def strategy_for(
     protocol: Any,
     children: Sequence[str],
@@ -203,14 +209,17 @@ def strategy_for(
     middle tiers); ``clients_below``: whether its children are clients (client sampling
     and per-client plans apply there); ``compressions``: the algorithm's uplink
     compressions, for kinds that choose among them.
-    """
-    import fedstrata.registry  # noqa: F401  (registers the built-in kinds; see there)
 
+    The core registers no kind itself: whatever builds nodes imports the composition
+    root (:mod:`fedstrata.registry`) first, which registers the built-in kinds.
+    """
     try:
         factory = _KINDS[protocol.kind]
     except KeyError:
         raise NodeProtocolError(
-            f"no protocol kind {protocol.kind!r} is registered (known: {sorted(_KINDS)})"
+            f"no protocol kind {protocol.kind!r} is registered (known: {sorted(_KINDS)}): "
+            "import fedstrata.registry, the composition root, first (it registers the "
+            "built-in kinds), or register one with register_strategy"
         ) from None
     return factory(
         protocol,

@@ -27,14 +27,22 @@ so a lost message or a crashed client is retried rather than forgotten.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.algorithm import Algorithm
 from fedstrata.nodes.strategy import Closing, Contribution, Ledger, Strategy
+from fedstrata.protocols.kind import Capabilities, KindSettings, ProtocolKind
 from fedstrata.protocols.staleness import staleness_weight
+from fedstrata.protocols.sync import sync_rounds
+from fedstrata.settings import Strict
 
-__all__ = ["FedAsync", "FedBuff"]
+__all__ = ["ASYNC", "AsyncSettings", "FedAsync", "FedBuff", "StalenessSettings"]
+
+#: The parameters each staleness function takes.
+_TAKES = {"constant": (), "polynomial": ("a",), "hinge": ("a", "b")}
 
 
 class FedAsync(Strategy):
@@ -195,3 +203,80 @@ class FedBuff(FedAsync):
     def describe(self) -> dict[str, Any]:
         """As :class:`FedAsync`, plus K."""
         return {**super().describe(), "buffer_size": self.buffer_size}
+
+
+class StalenessSettings(Strict):
+    """Staleness function of the asynchronous kinds ("Asynchronous Federated Optimization").
+
+    ``function``: ``constant`` s = 1, ``polynomial`` s = (τ + 1)^(−a), ``hinge`` s = 1
+    for τ ≤ b else 1 / (a (τ − b) + 1); ``a`` > 0 (``polynomial`` and ``hinge``), ``b``
+    >= 0 (``hinge``). Unset parameters take the paper's values (a = 0.5; a = 10, b = 4).
+    """
+
+    function: Literal["constant", "polynomial", "hinge"] = "polynomial"
+    a: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6]")] | None = None
+    b: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] | None = None
+
+    @field_validator("a", "b")
+    @classmethod
+    def _taken(cls, value: float | None, info: ValidationInfo) -> float | None:
+        function = info.data.get("function")
+        if value is not None and function in _TAKES and info.field_name not in _TAKES[function]:
+            raise ValueError(
+                f"the {function} staleness function takes no {info.field_name}; remove it"
+            )
+        return value
+
+
+class AsyncSettings(KindSettings):
+    """Keys of protocol kind ``async`` (FedAsync), flat under ``protocol:``.
+
+    ``mixing``: the weight α in ``(0, 1]`` of a fresh contribution; ``staleness``: the
+    :class:`StalenessSettings` function that discounts a late one; ``max_staleness``
+    (``0 .. 100000`` model versions): replies further behind are dropped as late.
+    """
+
+    mixing: Annotated[float, Field(gt=0.0, le=1.0, description="(0, 1]")] = 1.0
+    staleness: StalenessSettings = StalenessSettings()
+    max_staleness: Annotated[int, Field(ge=0, le=100_000, description="0 .. 100000")] = 1000
+
+    def strategy_args(self, seed: int, retry_s: float) -> dict[str, Any]:
+        """The keyword arguments of :class:`FedAsync` under these settings."""
+        return {
+            "seed": seed,
+            "alpha": self.mixing,
+            "staleness": self.staleness.function,
+            "a": self.staleness.a,
+            "b": self.staleness.b,
+            "max_staleness": self.max_staleness,
+            "retry_s": retry_s,
+        }
+
+
+def _async_strategy(
+    protocol: Any,
+    settings: AsyncSettings,
+    children: Sequence[str],
+    *,
+    quorum: float,
+    seed: int,
+    root: bool,
+    deadline_s: float,
+    clients_below: bool,
+    compressions: Sequence[str],
+) -> Strategy:
+    if not root:
+        return sync_rounds(
+            protocol, children, quorum=quorum, seed=seed, clients_below=clients_below
+        )
+    return FedAsync(children, **settings.strategy_args(seed, deadline_s))
+
+
+ASYNC = ProtocolKind(
+    name="async",
+    summary="FedAsync: every arriving contribution is mixed at once, staleness-weighted",
+    settings=AsyncSettings,
+    capabilities=Capabilities(own_partials=True),
+    factory=_async_strategy,
+)
+"""The ``async`` kind's declaration, registered by :mod:`fedstrata.registry`."""

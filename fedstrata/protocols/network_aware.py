@@ -23,10 +23,12 @@ float64 sums whatever its clients sent) and only the downcasts the algorithm sup
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from fedstrata.nodes.algorithm import Algorithm
-from fedstrata.nodes.strategy import Closing, Contribution
+from fedstrata.nodes.strategy import Closing, Contribution, Strategy
 from fedstrata.protocols.adaptive import (
     COMPRESSIONS,
     KERNEL_FS,
@@ -35,9 +37,11 @@ from fedstrata.protocols.adaptive import (
     choose_plan,
     default_candidates,
 )
-from fedstrata.protocols.sync import SyncRounds
+from fedstrata.protocols.kind import Capabilities, KindSettings, ProtocolKind
+from fedstrata.protocols.sync import SyncRounds, sync_settings
+from fedstrata.settings import Strict
 
-__all__ = ["AdaptiveRounds"]
+__all__ = ["ADAPTIVE", "AdaptiveRounds", "AdaptiveSettings", "NetworkKernelSettings"]
 
 #: Relative error of a downcast, its unit roundoff (what a plan's L charges for it).
 _REL_ERROR = {"none": 0.0, "float32": 2.0**-24, "float16": 2.0**-11}
@@ -166,3 +170,77 @@ class AdaptiveRounds(SyncRounds):
             "lambda_net": self.lambda_net,
             "candidates": [p.as_fields() for p in self.candidates],
         }
+
+
+class NetworkKernelSettings(Strict):
+    """Network-aware heat-kernel coefficients (FedHK-MVFC Eq. 138), experimental.
+
+    The adaptive root scales each client's coefficients δ by f(delay) = exp(−delay /
+    ``tau_s``) (``tau_s`` in ``(0, 1e6]`` s), with ``delay`` the client's reply delay as
+    the root observed it: slow clients' distances count less.
+    """
+
+    f: Literal["exp"] = "exp"
+    tau_s: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6] s")] = 1.0
+
+
+class AdaptiveSettings(KindSettings):
+    """Keys of protocol kind ``adaptive`` (FedHK-MVFC §7.3), flat under ``protocol:``.
+
+    ``lambda_net`` (``[0, 1e6]``, per second of expected round time): λ_net of Eq. 139,
+    the weight of the expected round time against the samples a plan loses;
+    ``network_kernel`` (experimental, rule ``sum``): Eq. 138's network-aware
+    heat-kernel coefficients (:class:`NetworkKernelSettings`), ``null`` for off.
+    """
+
+    lambda_net: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] = 1.0
+    network_kernel: NetworkKernelSettings | None = None
+
+    def conflicts(self, rule: str) -> list[tuple[str, str]]:
+        """Eq. 138 scales the coefficients of summed statistics: it needs rule ``sum``."""
+        if self.network_kernel is not None and rule != "sum":
+            return [
+                (
+                    "network_kernel",
+                    "scales the clients' heat-kernel coefficients of summed statistics: it "
+                    f"needs rule: sum (rule is {rule!r})",
+                )
+            ]
+        return []
+
+
+def _adaptive_strategy(
+    protocol: Any,
+    settings: AdaptiveSettings,
+    children: Sequence[str],
+    *,
+    quorum: float,
+    seed: int,
+    root: bool,
+    deadline_s: float,
+    clients_below: bool,
+    compressions: Sequence[str],
+) -> Strategy:
+    """The network-aware plan per round at the root; synchronous rounds below it."""
+    sync = sync_settings(protocol, quorum=quorum, seed=seed, clients_below=clients_below)
+    if not root:
+        return SyncRounds(children, **sync)
+    kernel = settings.network_kernel
+    return AdaptiveRounds(
+        children,
+        lambda_net=settings.lambda_net,
+        compressions=tuple(compressions) if clients_below else (),
+        network_kernel=kernel.f if kernel is not None and clients_below else None,
+        network_tau_s=1.0 if kernel is None else kernel.tau_s,
+        **sync,
+    )
+
+
+ADAPTIVE = ProtocolKind(
+    name="adaptive",
+    summary="a network-aware plan (quorum, compression) per round, Eq. 139, experimental",
+    settings=AdaptiveSettings,
+    capabilities=Capabilities(phases=True),
+    factory=_adaptive_strategy,
+)
+"""The ``adaptive`` kind's declaration, registered by :mod:`fedstrata.registry`."""

@@ -310,13 +310,23 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _fields_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The keys a section takes: its fields, or its ``known_fields()`` if it has one.
+
+    A section declares ``known_fields`` where its variants bring keys of their own (the
+    protocol kinds' keys sit flat under ``protocol:``).
+    """
+    known = getattr(model, "known_fields", None)
+    return dict(known()) if callable(known) else dict(model.model_fields)
+
+
 def _model_at(loc: tuple[Any, ...], top: type[BaseModel] = Scenario) -> type[BaseModel] | None:
     """The pydantic model at ``loc`` below the document model ``top``."""
     cls: type[BaseModel] | None = top
     for part in loc:
         if isinstance(part, int):
             continue  # a list entry has the list's item model
-        field = None if cls is None else cls.model_fields.get(part)
+        field = None if cls is None else _fields_of(cls).get(part)
         if field is None:
             return None
         cls = _model_in(field.annotation)
@@ -362,7 +372,7 @@ def _pydantic_errors(
         if err["type"] == "extra_forbidden":
             model = _model_at(loc[:-1], top)
             if model is not None:
-                reason = f"unknown key; known keys: {', '.join(model.model_fields)}"
+                reason = f"unknown key; known keys: {', '.join(_fields_of(model))}"
         elif err["loc"] and err["loc"][-1] == "[key]":
             reason = f"bad key: {reason}"
         path = ".".join(clip(str(p)) for p in loc)

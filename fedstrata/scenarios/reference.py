@@ -19,6 +19,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from fedstrata.plugins.spec import AlgorithmSettings, Capabilities, algorithm_plugins
 from fedstrata.scenarios.schema import Scenario
 
 __all__ = ["scenario_reference"]
@@ -63,7 +64,62 @@ def _type_text(annotation: Any) -> str:
 
 
 def _section_name(model: type[BaseModel]) -> str:
-    return re.sub(r"Spec$", "", model.__name__)
+    return re.sub(r"(Spec|Settings)$", "", model.__name__)
+
+
+def _table(model: type[BaseModel]) -> list[str]:
+    """One row per key of ``model``: key, accepted values, default, notes."""
+    lines = ["| key | values | default | notes |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        values = _type_text(field.annotation)
+        lines.append(f"| `{key}` | {values} | {_default_text(field)} | {_description(field)} |")
+    return lines
+
+
+def _algorithms() -> list[str]:
+    """Each registered algorithm's keys, from its plug-in's settings model."""
+    lines: list[str] = []
+    for plugin in algorithm_plugins():
+        for model in plugin.settings:
+            names = ", ".join(f"`{n}`" for n in model.names())
+            lines += [f"### name: {names} ({plugin.family})", ""]
+            shared = [
+                c
+                for c in model.__mro__[1:]
+                if isinstance(c, type) and issubclass(c, AlgorithmSettings)
+                if c is not AlgorithmSettings
+            ]
+            for cls in (model, *shared):
+                lines += [inspect.cleandoc(cls.__doc__ or ""), ""]
+            lines += [_capabilities_text(plugin.capabilities_of(model.names()[0])), ""]
+            lines += [*_table(model), ""]
+    return lines
+
+
+def _capabilities_text(caps: Capabilities) -> str:
+    """What ``validate`` lets an algorithm run with, from its declared capabilities."""
+
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "no"
+
+    def listed(values: tuple[str, ...] | None) -> str:
+        return "any" if values is None else ", ".join(f"`{v}`" for v in values)
+
+    parts = [
+        f"rule {listed(caps.rules)}",
+        f"kernel_scope {listed(caps.kernel_scopes)}",
+        f"kind {listed(caps.protocol_kinds)}",
+        f"compression {listed(('none', *caps.compressions))}",
+        f"additive partials {yes(caps.additive)}",
+        f"secure aggregation {yes(caps.secure_aggregation)}",
+        f"differential privacy {yes(caps.dp)}",
+        f"personalization {yes(caps.personalization)}",
+        f"hybrid views {yes(caps.hybrid_views)}",
+        f"tier periods > 1 {yes(caps.tier_periods)}",
+    ]
+    extras = "".join(f"; needs {e.what}" for e in caps.extras)
+    return "Runs with: " + "; ".join(parts) + extras + "."
 
 
 def _default_text(field: FieldInfo) -> str:
@@ -108,8 +164,12 @@ def scenario_reference() -> str:
         doc = inspect.cleandoc(model.__doc__ or "")
         if doc:
             lines += [doc, ""]
+        if model is AlgorithmSettings:  # one table per registered algorithm instead
+            lines += _algorithms()
+            continue
         lines += ["| key | values | default | notes |", "|---|---|---|---|"]
-        for name, field in model.model_fields.items():
+        known = getattr(model, "known_fields", None)  # keys of a section's variants too
+        for name, field in (known() if callable(known) else model.model_fields).items():
             key = field.alias or name
             values = _type_text(field.annotation)
             lines.append(f"| `{key}` | {values} | {_default_text(field)} | {_description(field)} |")

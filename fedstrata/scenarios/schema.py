@@ -73,28 +73,38 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializeAsAny,
     TypeAdapter,
     ValidationInfo,
-    WithJsonSchema,
+    WrapValidator,
     field_validator,
     model_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
 
-from fedstrata.algorithms import deep as _deep
-from fedstrata.algorithms.deep.config import DEEP_METHODS, DeepModel
+import fedstrata.registry  # noqa: F401  (the composition root registers the plug-ins)
 from fedstrata.errors import ScenarioError
+from fedstrata.plugins.spec import AlgorithmSettings, Capabilities, plugin_for, settings_models
 from fedstrata.scenarios.datasets import DATASETS
-from fedstrata.scenarios.units import to_fraction, to_mbps, to_seconds
+from fedstrata.scenarios.fields import (
+    MAX_LOCAL_ITERS,
+    MAX_ROUNDS,
+    MAX_SECONDS,
+    PositiveSeconds,
+    Probability,
+    Seconds,
+    unit_schema,
+)
+from fedstrata.scenarios.protocol_schema import CompressionSpec, ProtocolSpec
+from fedstrata.scenarios.show import clip, show
+from fedstrata.scenarios.units import to_mbps, to_seconds
+from fedstrata.settings import MAX_CLUSTERS, ScenarioErrors, Strict, and_list
 
 __all__ = [
     "DATASET_PARAM_BOUNDS",
-    "DEEP_EXTRA_ROUNDS",
-    "DIMS_METHODS",
     "ID_PATTERN",
     "MAX_CLIENTS",
     "MAX_CLUSTERS",
@@ -133,20 +143,12 @@ __all__ = [
 
 # ------------------------------------------------------------------------------ bounds
 
-MAX_ROUNDS = 100_000
-"""Largest ``protocol.rounds``."""
-MAX_LOCAL_ITERS = 10_000
-"""Largest ``protocol.local_iters``."""
 MAX_CLIENTS = 100_000
 """Largest ``topology.clients.count``."""
 MAX_TIER_NODES = 100_000
 """Largest ``count`` of a middle tier."""
 MAX_TIERS = 16
 """Most middle tiers under ``topology.tiers``."""
-MAX_CLUSTERS = 1000
-"""Largest ``algorithm.n_clusters``."""
-MAX_SECONDS = 1e9
-"""Largest duration or time, in (virtual) seconds: deadlines, latencies, fault times."""
 MAX_SAMPLES = 2_000_000
 """Most samples a scenario's dataset may have (``data.params`` are bounded to keep it)."""
 MAX_TRACE_BYTES = 16 * 1024 * 1024
@@ -164,40 +166,14 @@ DATASET_PARAM_BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
 """Inclusive integer ranges of dataset parameters (``data.params``), by dataset."""
 
 _ID = re.compile(ID_PATTERN)
-_CLIP = 80
 
 # Units (see fedstrata.scenarios.units): each type also takes a string with a unit,
 # converted before the strict number check; the JSON schema offers both spellings.
-_NUM_RE = r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?"
-
-
-def _unit_schema(number: dict[str, Any], units: str, example: str) -> WithJsonSchema:
-    text = {"type": "string", "pattern": rf"^\s*{_NUM_RE}\s*({units})\s*$", "examples": [example]}
-    return WithJsonSchema({"anyOf": [{"type": "number", **number}, text]})
-
-
-_DURATION_UNITS = "ns|us|µs|ms|s|sec|min|h"
-_SECONDS_SCHEMA = _unit_schema({"minimum": 0, "maximum": MAX_SECONDS}, _DURATION_UNITS, "40ms")
-Probability = Annotated[
-    float,
-    BeforeValidator(to_fraction),
-    Field(ge=0.0, le=1.0),
-    _unit_schema({"minimum": 0, "maximum": 1}, "%", "10%"),
-]
-Seconds = Annotated[
-    float, BeforeValidator(to_seconds), Field(ge=0.0, le=MAX_SECONDS), _SECONDS_SCHEMA
-]
-PositiveSeconds = Annotated[
-    float,
-    BeforeValidator(to_seconds),
-    Field(gt=0.0, le=MAX_SECONDS),
-    _unit_schema({"exclusiveMinimum": 0, "maximum": MAX_SECONDS}, _DURATION_UNITS, "2s"),
-]
 Mbps = Annotated[
     float,
     BeforeValidator(to_mbps),
     Field(ge=1e-9, le=1e9),
-    _unit_schema({"minimum": 1e-9, "maximum": 1e9}, "[bB][pP][sS]|[kKmMgG][bB][pP][sS]", "5Mbps"),
+    unit_schema({"minimum": 1e-9, "maximum": 1e9}, "[bB][pP][sS]|[kKmMgG][bB][pP][sS]", "5Mbps"),
 ]
 """Mbit/s in ``[1e-9, 1e9]``; also ``5Mbps``, ``100kbps``, ``1Gbps``."""
 Speed = Annotated[float, Field(gt=0.0, le=1e6, description="GFLOP/s, (0, 1e6]")]
@@ -205,66 +181,6 @@ Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT, description="0 <= seed < 2**32"
 
 
 # ------------------------------------------------------------------------------ messages
-
-
-def clip(text: str, limit: int = _CLIP) -> str:
-    """Shorten ``text`` to at most ``limit`` characters, ending in ``...`` when cut.
-
-    Parameters
-    ----------
-    text
-        Any text echoed from a user's file.
-    limit
-        Largest length returned.
-
-    Returns
-    -------
-    str
-        ``text`` itself or its first ``limit - 3`` characters followed by ``...``.
-
-    """
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def show(value: Any) -> str:
-    """A short, YAML-flavoured rendering of a value for an error message.
-
-    Booleans and null print as YAML spells them (``true``, ``null``), non-finite floats
-    as ``.inf``/``-.inf``/``.nan``, strings quoted, containers by their kind only; the
-    result is never longer than 80 characters.
-
-    Parameters
-    ----------
-    value
-        The offending input.
-
-    Returns
-    -------
-    str
-        The rendering.
-
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        return clip(repr(value))
-    if isinstance(value, int):
-        if value.bit_length() > 256:
-            return f"an integer of {value.bit_length()} bits"
-        return clip(str(value))
-    if isinstance(value, str):
-        return clip(repr(value))
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return f"a {type(value).__name__}"
 
 
 def _num(value: Any) -> str:
@@ -340,24 +256,6 @@ def describe_error(err: dict[str, Any]) -> str:
     return clip(msg, 300) if kind in ("value_error", "assertion_error") else f"{msg}, got {got}"
 
 
-class ScenarioErrors(ScenarioError):  # noqa: N818 - a ScenarioError holding several
-    """Several located problems in one file; ``errors`` lists them, the message joins them.
-
-    Parameters
-    ----------
-    errors
-        The problems, each a :class:`~fedstrata.errors.ScenarioError`.
-    """
-
-    def __init__(self, errors: list[ScenarioError]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(e.located() for e in errors))
-
-    def located(self) -> str:
-        """All problems, one per line."""
-        return "\n".join(e.located() for e in self.errors)
-
-
 def _fail(path: str, reason: str) -> None:
     """Cross-field errors carry their own path (pydantic would report them at the root)."""
     raise ScenarioError(reason, path=path)
@@ -375,8 +273,7 @@ def _check_id(value: str) -> str:
 Ident = Annotated[str, AfterValidator(_check_id)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+_Strict = Strict  # the sections' base (fedstrata.settings: plug-ins' settings share it)
 
 
 # ------------------------------------------------------------------------------ links
@@ -804,460 +701,80 @@ class DataSpec(_Strict):
 # ------------------------------------------------------------------------------ algorithm
 
 
-TENSOR_METHODS = ("e-fkmvc", "fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person")
-
-# the tensor family's own keys, and which method reads each (the others refuse them)
-_TENSOR_KEYS: dict[str, frozenset[str]] = {
-    "local_epochs": frozenset(TENSOR_METHODS + DEEP_METHODS),
-    "eps_a": frozenset({"e-fkmvc"}),
-    "eps_v": frozenset({"e-fkmvc"}),
-    "rank": frozenset({"fedhk-parafac2", "fedhk-mvc-person"}),
-    "ranks": frozenset({"fedhk-tucker", "fedhk-mvc-person"}),
-    "lam": frozenset({"fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person"}),
-    "tau": frozenset({"fedhk-parafac2", "fedhk-tucker", "fedhk-mvc-person"}),
-    "rho": frozenset({"fedhk-mvc-person"}),
-    "beta": frozenset({"fedhk-mvc-person"}),
-    "decomposition": frozenset({"fedhk-mvc-person"}),
-}
-
-# the deep family's own keys (local_epochs is shared with the tensor family, above)
-_DEEP_KEYS: dict[str, frozenset[str]] = {
-    "hidden": frozenset(DEEP_METHODS),
-    "latent": frozenset(DEEP_METHODS),
-    "head": frozenset(DEEP_METHODS),
-    "pretrain_rounds": frozenset(DEEP_METHODS),
-    "train_rounds": frozenset(DEEP_METHODS),
-    "pretrain_epochs": frozenset(DEEP_METHODS),
-    "copy_epochs": frozenset({"fmcsc"}),
-    "batch_size": frozenset(DEEP_METHODS),
-    "lr": frozenset(DEEP_METHODS),
-    "temperature": frozenset(DEEP_METHODS),
-    "contrast_weight": frozenset({"efd-mvc"}),
-    "mu": frozenset({"efd-mvc"}),
-    "noise": frozenset({"efd-mvc"}),
-    "kmeans_rounds": frozenset(DEEP_METHODS),
-    "mi_bins": frozenset({"fmcsc"}),
-}
-
-DIMS_METHODS = TENSOR_METHODS + DEEP_METHODS
-"""Algorithms whose model needs the views' feature counts (``model_of(sc, dims)``)."""
-
-DEEP_EXTRA_ROUNDS = 2
-"""Rounds a deep run takes besides ``pretrain_rounds`` and ``train_rounds``: the k-means
-candidates and at least one Lloyd round."""
+AlgorithmSpec = AlgorithmSettings
+"""The ``algorithm`` section: validated by the settings model of the registered plug-in
+that ``algorithm.name`` names (:mod:`fedstrata.plugins.spec`)."""
 
 
-def _and(names: list[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+def _choices(names: list[str]) -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'`` (as pydantic words a literal error)."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
-class AlgorithmSpec(_Strict):
-    """Clustering algorithm and its hyper-parameters.
+def default_algorithm() -> AlgorithmSettings:
+    """The ``algorithm`` section of a file without one: the first registered algorithm."""
+    return settings_models()[0]()
 
-    ``n_clusters`` lies in ``2 .. 1000``, the fuzzifier ``m`` in ``(1, 50]``, the
-    view-weight exponent ``alpha`` in ``(1, 1000]``. ``mvfcm`` has no heat kernel and
-    always uses the exact centre update, so ``kernel`` and ``center_update`` may not be
-    set to anything else with it. ``mvkm-ed`` (hard memberships, its own β schedule)
-    takes neither ``m``, ``kernel`` nor ``center_update``, and runs with ``protocol.rule:
-    sum`` (the parameter rules do not carry its β yet).
 
-    The tensor family (``e-fkmvc``, ``fedhk-parafac2``, ``fedhk-tucker``,
-    ``fedhk-mvc-person``; "Personalized Federated Heat-Kernel Enhanced Multi-View
-    Clustering via Advanced Tensor Decomposition") takes ``m``, ``alpha`` (default 2
-    there) and its own keys, each read by some of the four only: ``local_epochs`` (all),
-    ``eps_a``/``eps_v`` (e-fkmvc's personalisation steps), ``rank`` (PARAFAC2 or CP),
-    ``ranks`` (Tucker's three ranks), ``lam`` (λ, the weight of the global factors in a
-    client's blend), ``tau`` (τ of the clients' softmax weights), ``rho`` and ``beta``
-    (fedhk-mvc-person's view-weight blend and λ step) and ``decomposition``
-    (fedhk-mvc-person: parafac2, tucker or cp). Unset keys take the method's defaults.
+def _foreign_key(key: str, name: str, own: type[AlgorithmSettings]) -> str:
+    """Why ``key`` is refused for algorithm ``name``: the plug-in's words, who takes it, or none."""
+    plugin = plugin_for(name)
+    template = None if plugin is None else plugin.refusals.get(key)
+    if template is not None:
+        return template.format(name=name, key=key)
+    users = sorted(n for m in settings_models() if key in m.model_fields for n in m.names())
+    if users:
+        return f"{key} is for {and_list(users)} only (name is {name!r}); remove it"
+    return f"unknown key; known keys: {', '.join(own.model_fields)}"
 
-    ``hk-mvfc`` takes a ``preset``: unset or ``paper`` is the FedHK-MVFC paper's
-    Algorithm 1 (m 2, alpha 5, type1, paper centres: what scenario files have always
-    meant); ``real-data`` is what holds up on real multi-view data, the ``HKMVFC``
-    estimator's defaults (m ``auto``, alpha 50, no per-sample coefficients but a
-    Gaussian heat kernel of ``bandwidth`` 8 in units of the pooled feature variances,
-    ``standardize`` true, ``view_balance`` dimension, exact centres). Keys set
-    explicitly win over the preset. With ``real-data`` and no ``m``, m is Schwämmle
-    and Jensen's fuzzifier for the federation's size (capped at 1.3).
 
-    The deep hybrid-view family (the ``[deep]`` extra, PyTorch: ``pip install
-    "fedstrata[deep]"``) is for federations whose clients hold different subsets of the
-    views: ``fmcsc`` is "Bridging Gaps: Federated Multi-View Clustering in
-    Heterogeneous Hybrid Views" (NeurIPS 2024: per-view autoencoders, feature and model
-    contrasts, V+1 global models aggregated by mutual-information weights), ``efd-mvc``
-    "Enhanced Federated Deep Multi-View Clustering under Uncertainty Scenario" (AAAI
-    2026: one global model, hierarchical contrast, a view-adaptive drift module and
-    balanced aggregation weights). Both cluster the final embeddings with federated
-    k-means, so ``m``, ``alpha``, ``kernel`` and ``center_update`` are refused. Their
-    keys: ``hidden`` (each view's encoder layer widths; the decoder mirrors them),
-    ``latent`` (per-view code size), ``head`` (projection and fusion head width),
-    ``pretrain_rounds`` (consensus pre-training rounds: reconstruction only, averaged),
-    ``train_rounds`` (training rounds after them), ``pretrain_epochs`` (epochs per
-    pre-training round), ``local_epochs`` (epochs per training
-    round), ``copy_epochs`` (fmcsc: epochs a multi-view client fits each single-view
-    global model, Eq. 6), ``batch_size``, ``lr`` (the optimiser's step size),
-    ``temperature`` (τ of every contrastive loss), ``contrast_weight`` (efd-mvc: α of
-    Eq. 11), ``mu`` (efd-mvc: the FedProx μ of its drift module), ``noise`` (efd-mvc:
-    σ of the single-view clients' augmentation, on [0, 1]-scaled inputs),
-    ``kmeans_rounds`` (most Lloyd rounds of the final k-means) and ``mi_bins`` (fmcsc:
-    histogram bins of its mutual-information weights). A run takes at least
-    ``pretrain_rounds + train_rounds + 2`` protocol rounds (pre-training, training,
-    k-means candidates, one Lloyd round), with rule ``sum`` and synchronous rounds. Unset keys take
-    CPU-friendly defaults (hidden [256, 256], latent 20, head 256, pretrain_rounds 4,
-    train_rounds 5,
-    pretrain_epochs 50, local_epochs 10, copy_epochs 5, batch_size 256, lr 0.001,
-    temperature 0.5, contrast_weight 0.5, mu 0.01, noise 0.1, kmeans_rounds 20, mi_bins
-    10); the papers' settings are hidden [500, 500, 2000], pretrain_epochs 250,
-    local_epochs 25 and lr 0.0003. The networks' initial weights come from the
-    scenario's ``seed``.
+def _settings_errors(
+    exc: PydanticValidationError, name: str, model: type[AlgorithmSettings]
+) -> list[ScenarioError]:
+    """A settings model's errors, located under ``algorithm``."""
+    errors: list[ScenarioError] = []
+    for err in exc.errors(include_url=False):
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, ScenarioErrors):  # the settings' own cross-key checks
+            errors += inner.errors
+            continue
+        if isinstance(inner, ScenarioError):
+            errors.append(inner)
+            continue
+        loc = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+        if err["type"] == "extra_forbidden" and len(loc) == 1:
+            reason = _foreign_key(loc[0], name, model)
+        else:
+            reason = describe_error(err)
+        errors.append(ScenarioError(reason, path=".".join(["algorithm", *map(clip, loc)])))
+    return errors
+
+
+def _algorithm(value: Any, handler: Callable[[Any], Any]) -> AlgorithmSettings:
+    """Validate the ``algorithm`` section with the settings model its ``name`` selects.
+
+    The plug-ins are looked up now, not when the schema was built, so a plug-in
+    registered later (by a test, say) is validated like the built-in ones.
     """
-
-    name: Literal[
-        "hk-mvfc",
-        "mvfcm",
-        "mvkm-ed",
-        "e-fkmvc",
-        "fedhk-parafac2",
-        "fedhk-tucker",
-        "fedhk-mvc-person",
-        "fmcsc",
-        "efd-mvc",
-    ] = "hk-mvfc"
-    n_clusters: Annotated[int, Field(ge=2, le=MAX_CLUSTERS, description="2 .. 1000")] = 4
-    m: Annotated[float, Field(gt=1.0, le=50.0, description="(1, 50]")] = 2.0
-    alpha: Annotated[float, Field(gt=1.0, le=1000.0, description="(1, 1000]")] = 5.0
-    kernel: Literal["type1", "type2", "none"] = "type1"
-    center_update: Literal["paper", "exact", "derivation"] = "paper"
-    preset: Literal["paper", "real-data"] | None = None
-    bandwidth: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6]")] | None = None
-    standardize: bool | None = None
-    view_balance: Literal["dimension", "equal"] | None = None
-    local_epochs: Annotated[int, Field(ge=1, le=1000, description="1 .. 1000")] | None = None
-    eps_a: Annotated[float, Field(ge=0.0, le=10.0, description="[0, 10]")] | None = None
-    eps_v: Annotated[float, Field(ge=0.0, le=10.0, description="[0, 10]")] | None = None
-    rank: Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")] | None = None
-    ranks: (
-        Annotated[
-            list[Annotated[int, Field(ge=1, le=10_000)]],
-            Field(min_length=3, max_length=3, description="three ranks, each 1 .. 10000"),
-        ]
-        | None
-    ) = None
-    lam: Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")] | None = None
-    tau: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] | None = None
-    rho: Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")] | None = None
-    beta: Annotated[float, Field(ge=0.0, le=1e3, description="[0, 1000]")] | None = None
-    decomposition: Literal["parafac2", "tucker", "cp"] | None = None
-    hidden: (
-        Annotated[
-            list[Annotated[int, Field(ge=1, le=8192)]],
-            Field(min_length=1, max_length=6, description="1 .. 6 layer widths, each 1 .. 8192"),
-        ]
-        | None
-    ) = None
-    latent: Annotated[int, Field(ge=1, le=4096, description="1 .. 4096")] | None = None
-    head: Annotated[int, Field(ge=1, le=8192, description="1 .. 8192")] | None = None
-    pretrain_rounds: Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")] | None = None
-    train_rounds: Annotated[int, Field(ge=0, le=10_000, description="0 .. 10000")] | None = None
-    pretrain_epochs: Annotated[int, Field(ge=0, le=100_000, description="0 .. 100000")] | None = (
-        None
-    )
-    copy_epochs: Annotated[int, Field(ge=0, le=100_000, description="0 .. 100000")] | None = None
-    batch_size: Annotated[int, Field(ge=2, le=1_000_000, description="2 .. 1000000")] | None = None
-    lr: Annotated[float, Field(gt=0.0, le=10.0, description="(0, 10]")] | None = None
-    temperature: Annotated[float, Field(gt=0.0, le=100.0, description="(0, 100]")] | None = None
-    contrast_weight: Annotated[float, Field(ge=0.0, le=1.0, description="[0, 1]")] | None = None
-    mu: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] | None = None
-    noise: Annotated[float, Field(ge=0.0, le=100.0, description="[0, 100]")] | None = None
-    kmeans_rounds: Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")] | None = None
-    mi_bins: Annotated[int, Field(ge=2, le=1000, description="2 .. 1000")] | None = None
-
-    @model_validator(mode="after")
-    def _used(self) -> AlgorithmSpec:
-        hk_only = ("preset", "bandwidth", "standardize", "view_balance")
-        errors = [
-            ScenarioError(
-                f"{k} is for hk-mvfc only (name is {self.name!r}); remove it",
-                path=f"algorithm.{k}",
-            )
-            for k in hk_only
-            if k in self.model_fields_set and self.name != "hk-mvfc"
-        ]
-        errors += [
-            ScenarioError(
-                f"{k} is for {_and(sorted(users))} only (name is {self.name!r}); remove it",
-                path=f"algorithm.{k}",
-            )
-            for k, users in (*_TENSOR_KEYS.items(), *_DEEP_KEYS.items())
-            if k in self.model_fields_set and self.name not in users
-        ]
-        if self.name in DEEP_METHODS:
-            errors += [
-                ScenarioError(
-                    f"{self.name} clusters its networks' embeddings with k-means (no "
-                    f"fuzzifier, view-weight exponent, heat kernel or centre update); remove {k}",
-                    path=f"algorithm.{k}",
-                )
-                for k in ("m", "alpha", "kernel", "center_update")
-                if k in self.model_fields_set
-            ]
-        elif self.name in TENSOR_METHODS:
-            errors += [
-                ScenarioError(
-                    f"{self.name} has its own heat kernel (min-max coefficients) and "
-                    f"centre steps; remove {k}",
-                    path=f"algorithm.{k}",
-                )
-                for k in ("kernel", "center_update")
-                if k in self.model_fields_set
-            ]
-            if self.name == "fedhk-mvc-person":
-                tucker = (self.decomposition or "parafac2") == "tucker"
-                wrong = "rank" if tucker else "ranks"
-                if wrong in self.model_fields_set:
-                    errors.append(
-                        ScenarioError(
-                            f"{wrong} does not fit decomposition "
-                            f"{self.decomposition or 'parafac2'!r} (Tucker takes ranks, "
-                            "PARAFAC2 and CP take rank); remove it",
-                            path=f"algorithm.{wrong}",
-                        )
-                    )
-        elif self.name == "mvkm-ed":
-            errors += [
-                ScenarioError(
-                    "mvkm-ed has hard memberships, no heat kernel and the exact "
-                    f"centre update; remove {k}",
-                    path=f"algorithm.{k}",
-                )
-                for k in ("m", "kernel", "center_update")
-                if k in self.model_fields_set
-            ]
-        elif self.name == "mvfcm":
-            if "kernel" in self.model_fields_set and self.kernel != "none":
-                errors.append(
-                    ScenarioError(
-                        "mvfcm uses no heat kernel; remove kernel", path="algorithm.kernel"
-                    )
-                )
-            if "center_update" in self.model_fields_set and self.center_update != "exact":
-                errors.append(
-                    ScenarioError(
-                        "mvfcm always uses the exact centre update; remove center_update",
-                        path="algorithm.center_update",
-                    )
-                )
-        if errors:
-            raise ScenarioErrors(errors)
-        return self
+    if isinstance(value, AlgorithmSettings) or not isinstance(value, dict):
+        return handler(value)  # an instance passes; a non-mapping gets pydantic's words
+    name = value.get("name", default_algorithm().name)
+    plugin = plugin_for(name) if isinstance(name, str) else None
+    if plugin is None:
+        names = [n for m in settings_models() for n in m.names()]
+        raise ScenarioErrors(
+            [ScenarioError(f"must be {_choices(names)}, got {show(name)}", path="algorithm.name")]
+        )
+    model = plugin.settings_model(name)
+    try:
+        return model.model_validate(value)
+    except PydanticValidationError as exc:
+        raise ScenarioErrors(_settings_errors(exc, name, model)) from None
 
 
-class CompressionSpec(_Strict):
-    """Uplink compression of the clients' partials (:mod:`fedstrata.algorithms.compression`).
-
-    ``scheme``: ``none`` (float64, exact), ``float32``, ``float16`` (an array beyond
-    float16's range goes as float32) or ``qsgd`` (unbiased stochastic quantisation with
-    a per-array scale); ``bits`` (``2 .. 8``, default 8) is for ``qsgd`` only.
-    """
-
-    scheme: Literal["none", "float32", "float16", "qsgd"] = "none"
-    bits: Annotated[int, Field(ge=2, le=8, description="2 .. 8")] | None = None
-
-    @model_validator(mode="after")
-    def _bits_for_qsgd(self) -> CompressionSpec:
-        if self.bits is not None and self.scheme != "qsgd":
-            raise ScenarioErrors(
-                [
-                    ScenarioError(
-                        f"bits is for scheme qsgd only (scheme is {self.scheme!r}); remove it",
-                        path="protocol.compression.bits",
-                    )
-                ]
-            )
-        return self
-
-
-class StalenessSpec(_Strict):
-    """Staleness function of the asynchronous kinds ("Asynchronous Federated Optimization").
-
-    ``function``: ``constant`` s = 1, ``polynomial`` s = (τ + 1)^(−a), ``hinge`` s = 1
-    for τ ≤ b else 1 / (a (τ − b) + 1); ``a`` > 0 (``polynomial`` and ``hinge``), ``b``
-    >= 0 (``hinge``). Unset parameters take the paper's values (a = 0.5; a = 10, b = 4).
-    """
-
-    function: Literal["constant", "polynomial", "hinge"] = "polynomial"
-    a: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6]")] | None = None
-    b: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] | None = None
-
-    @model_validator(mode="after")
-    def _params_used(self) -> StalenessSpec:
-        takes = {"constant": (), "polynomial": ("a",), "hinge": ("a", "b")}[self.function]
-        extra = [k for k in ("a", "b") if getattr(self, k) is not None and k not in takes]
-        if extra:
-            raise ScenarioErrors(
-                [
-                    ScenarioError(
-                        f"the {self.function} staleness function takes no {k}; remove it",
-                        path=f"protocol.staleness.{k}",
-                    )
-                    for k in extra
-                ]
-            )
-        return self
-
-
-class NetworkKernelSpec(_Strict):
-    """Network-aware heat-kernel coefficients (FedHK-MVFC Eq. 138), experimental.
-
-    The adaptive root scales each client's coefficients δ by f(delay) = exp(−delay /
-    ``tau_s``) (``tau_s`` in ``(0, 1e6]`` s), with ``delay`` the client's reply delay as
-    the root observed it: slow clients' distances count less.
-    """
-
-    f: Literal["exp"] = "exp"
-    tau_s: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6] s")] = 1.0
-
-
-class MixingSpec(_Strict):
-    """A client's personalization weights: γ_ℓ (centres, Eq. 78), ρ_ℓ (view weights, Eq. 79)."""
-
-    gamma: Probability | None = None
-    rho: Probability | None = None
-
-
-class PersonalizationSpec(_Strict):
-    """Personalized models next to the global one (FedHK-MVFC Eq. 78/79).
-
-    On the final model every client fits ``local_iters`` (``1 .. 10000``) local
-    iterations from the global model (rule ``sum``; the parameter rules already hold a
-    local model), blends it with the global one, A_ℓ = γ_ℓ A_global + (1 − γ_ℓ) A_ℓ and
-    V_ℓ = ρ_ℓ V_global + (1 − ρ_ℓ) V_ℓ, and labels its samples under the blend.
-    γ_ℓ and ρ_ℓ are ``protocol.gamma``/``rho`` unless ``clients`` overrides them for a
-    client id. The run reports per-client metrics of both models (``clients.csv``).
-    """
-
-    local_iters: Annotated[int, Field(ge=1, le=MAX_LOCAL_ITERS, description="1 .. 10000")] = 5
-    clients: dict[str, MixingSpec] = Field(default_factory=dict)
-
-
-#: Protocol fields that only some kinds use (the others refuse them).
-_KIND_FIELDS = {
-    "mixing": ("async", "buffered"),
-    "staleness": ("async", "buffered"),
-    "max_staleness": ("async", "buffered"),
-    "buffer_size": ("buffered",),
-    "lambda_net": ("adaptive",),
-    "network_kernel": ("adaptive",),
-}
-
-
-class ProtocolSpec(_Strict):
-    """Aggregation protocol.
-
-    ``kind`` picks the root's protocol: ``sync`` (rounds), ``async`` (FedAsync: every
-    arriving contribution is mixed at once, staleness-weighted), ``buffered`` (FedBuff:
-    every ``buffer_size`` arrivals) or ``adaptive`` (a network-aware plan per round,
-    FedHK-MVFC §7.3, experimental); middle tiers always run synchronous rounds.
-    ``rounds`` lies in ``1 .. 100000`` (model versions for the asynchronous kinds),
-    ``local_iters`` in ``1 .. 10000`` (1 with rule ``sum``), ``deadline_s`` in
-    ``(0, 1e9]``, ``tol`` in ``[0, 1e9]``; ``quorum``, ``gamma`` and ``rho`` are
-    probabilities; ``qos`` is 0 or 1; ``patience`` lies in ``1 .. 100000``;
-    ``compression`` is a :class:`CompressionSpec`, ``staleness`` a
-    :class:`StalenessSpec`.
-    """
-
-    kind: Literal["sync", "async", "buffered", "adaptive"] = "sync"
-    rule: Literal["sum", "weighted", "mean", "median"] = "sum"
-    rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS, description="1 .. 100000")] = 50
-    local_iters: Annotated[int, Field(ge=1, le=MAX_LOCAL_ITERS, description="1 .. 10000")] = 1
-    tol: Annotated[float, Field(ge=0.0, le=1e9, description="0 .. 1e9")] = 1e-6
-    deadline_s: PositiveSeconds = 60.0
-    quorum: Probability = 1.0
-    qos: Annotated[int, Field(ge=0, le=1, description="MQTT QoS, 0 or 1")] = 1
-    kernel_scope: Literal["global", "local"] | None = None
-    gamma: Probability = 0.7
-    rho: Probability = 0.7
-    #: Consecutive root rounds (setup included) below quorum after which the run stops
-    #: with status ``stalled`` instead of waiting out ``rounds``.
-    patience: Annotated[int, Field(ge=1, le=MAX_ROUNDS, description="1 .. 100000")] = 10
-    #: How ``tol`` is read: ``absolute`` |ΔJ| (or Eq. 86), ``relative`` to the previous
-    #: value, ``per_sample`` |Δ(J/n)| with n the contributing samples (rule ``sum``).
-    tol_mode: Literal["absolute", "relative", "per_sample"] = "absolute"
-    #: Also end ``converged`` once J/n has not improved on its best by more than
-    #: ``plateau_tol`` (relative) for this many successful rounds; ``null``: off.
-    plateau: Annotated[int, Field(ge=1, le=MAX_ROUNDS, description="1 .. 100000")] | None = None
-    plateau_tol: Annotated[float, Field(ge=0.0, lt=1.0, description="0 <= tol < 1")] = 1e-3
-    #: How clients compress their partials on the uplink (aggregators send float64).
-    compression: CompressionSpec = CompressionSpec()
-    #: Synchronous rounds: ``wait`` for the wanted replies (or the deadline), ``drop``
-    #: the rest once the quorum replied, or ``use_last`` partials of those missing.
-    stragglers: Literal["wait", "drop", "use_last"] = "wait"
-    #: Fraction of an aggregator's clients a round wants (client sampling).
-    sample: Annotated[float, Field(gt=0.0, le=1.0, description="(0, 1]")] = 1.0
-    #: Over-selection: ask ceil(k · (1 + over_select)) clients, use the first k.
-    over_select: Annotated[float, Field(ge=0.0, le=100.0, description="[0, 100]")] = 0.0
-    #: Asynchronous kinds: mixing weight α of a fresh contribution.
-    mixing: Annotated[float, Field(gt=0.0, le=1.0, description="(0, 1]")] = 1.0
-    staleness: StalenessSpec = StalenessSpec()
-    #: Asynchronous kinds: replies more model versions behind are dropped.
-    max_staleness: Annotated[int, Field(ge=0, le=MAX_ROUNDS, description="0 .. 100000")] = 1000
-    #: ``buffered``: K, arrivals per model step.
-    buffer_size: Annotated[int, Field(ge=1, le=MAX_CLIENTS, description="1 .. 100000")] = 2
-    #: ``adaptive``: λ_net of Eq. 139, per second of expected round time.
-    lambda_net: Annotated[float, Field(ge=0.0, le=1e6, description="[0, 1e6]")] = 1.0
-    #: ``adaptive``, experimental: Eq. 138's network-aware heat-kernel coefficients.
-    network_kernel: NetworkKernelSpec | None = None
-    #: Per-client personalized models next to the global one; ``null``: off.
-    personalization: PersonalizationSpec | None = None
-
-    def unused_fields(self) -> list[str]:
-        """The kind-specific fields this protocol's kind does not use."""
-        return [name for name, kinds in _KIND_FIELDS.items() if self.kind not in kinds]
-
-    @model_validator(mode="after")
-    def _kind_fields(self) -> ProtocolSpec:
-        errors = [
-            ScenarioError(
-                f"is for protocol kind {' or '.join(kinds)} (kind is {self.kind!r}); remove it",
-                path=f"protocol.{name}",
-            )
-            for name, kinds in _KIND_FIELDS.items()
-            if name in self.model_fields_set and self.kind not in kinds
-        ]
-        if self.network_kernel is not None and self.rule != "sum":
-            errors.append(
-                ScenarioError(
-                    "scales the clients' heat-kernel coefficients of summed statistics: it "
-                    f"needs rule: sum (rule is {self.rule!r})",
-                    path="protocol.network_kernel",
-                )
-            )
-        if self.kind in ("async", "buffered") and self.rule == "median":
-            errors.append(
-                ScenarioError(
-                    f"protocol kind {self.kind!r} mixes each child's share of a sum; rule "
-                    "'median' is not a sum (use sum, weighted or mean)",
-                    path="protocol.rule",
-                )
-            )
-        if errors:
-            raise ScenarioErrors(errors)
-        return self
-
-    @model_validator(mode="after")
-    def _per_sample_needs_sum(self) -> ProtocolSpec:
-        if self.tol_mode == "per_sample" and self.rule != "sum":
-            raise ScenarioErrors(
-                [
-                    ScenarioError(
-                        "per_sample tests the objective of summed statistics: it needs "
-                        f"rule: sum (rule is {self.rule!r}); use relative",
-                        path="protocol.tol_mode",
-                    )
-                ]
-            )
-        return self
+AlgorithmField = Annotated[SerializeAsAny[AlgorithmSettings], WrapValidator(_algorithm)]
+"""The type of :attr:`Scenario.algorithm`: any registered plug-in's settings."""
 
 
 # ------------------------------------------------------------------------------ faults
@@ -1477,6 +994,65 @@ class OutputSpec(_Strict):
 # ------------------------------------------------------------------------------ scenario
 
 
+def _refuse_protocol(
+    caps: Capabilities, name: str, p: Any, fail: Callable[[str, str], None]
+) -> None:
+    """The protocol settings an algorithm's capabilities refuse (rule, scope, kind, ...)."""
+    if caps.rules is not None and p.rule not in caps.rules:
+        fail(
+            "protocol.rule",
+            caps.reason(
+                "rule",
+                f"{name} runs with rule {_choices(list(caps.rules))} only, not {p.rule!r}",
+                name=name,
+                value=p.rule,
+            ),
+        )
+    if p.kernel_scope is not None and p.kernel_scope not in caps.kernel_scopes:
+        fail(
+            "protocol.kernel_scope",
+            caps.reason(
+                "kernel_scope",
+                f"{name} runs with kernel_scope {_choices(list(caps.kernel_scopes))} only, "
+                f"not {p.kernel_scope!r}",
+                name=name,
+                value=p.kernel_scope,
+            ),
+        )
+    if caps.protocol_kinds is not None and p.kind not in caps.protocol_kinds:
+        fail(
+            "protocol.kind",
+            caps.reason(
+                "protocol_kind",
+                f"{name} runs with kind {_choices(list(caps.protocol_kinds))} only, not "
+                f"{p.kind!r}",
+                name=name,
+                value=p.kind,
+            ),
+        )
+    scheme = p.compression.scheme
+    if scheme != "none" and scheme not in caps.compressions:
+        have = _choices(["none", *caps.compressions])
+        fail(
+            "protocol.compression",
+            caps.reason(
+                "compression",
+                f"{name} has no uplink compression {scheme!r} (it takes scheme {have})",
+                name=name,
+                value=scheme,
+            ),
+        )
+    if p.personalization is not None and not caps.personalization:
+        fail(
+            "protocol.personalization",
+            caps.reason(
+                "personalization",
+                f"{name} has no personalised models; remove protocol.personalization",
+                name=name,
+            ),
+        )
+
+
 def _generated(node: str) -> tuple[str, int] | None:
     """Split a generated node id ``{prefix}-{i}`` into its prefix and index."""
     prefix, sep, index = node.rpartition("-")
@@ -1496,8 +1072,8 @@ class Scenario(_Strict):
     seed: Seed = 0
     data: DataSpec = DataSpec()
     topology: TopologySpec = TopologySpec()
-    algorithm: AlgorithmSpec = AlgorithmSpec()
-    protocol: ProtocolSpec = ProtocolSpec()
+    algorithm: AlgorithmField = Field(default_factory=default_algorithm)
+    protocol: ProtocolSpec = Field(default_factory=ProtocolSpec)
     faults: FaultsSpec = FaultsSpec()
     privacy: PrivacySpec = PrivacySpec()
     output: OutputSpec = OutputSpec()
@@ -1505,14 +1081,12 @@ class Scenario(_Strict):
     def resolved_yaml(self, seed: int | None = None) -> str:
         """The scenario as it runs (defaults filled in, ``seed`` applied), as YAML text.
 
-        Fields the protocol's kind does not use are left out (they would be refused on
+        The protocol holds only its kind's own keys (another kind's would be refused on
         reading it back). Its SHA-256 is a run record's ``scenario_hash``.
         """
         import yaml
 
         data = self.model_dump(mode="json", exclude_none=True)
-        for name in self.protocol.unused_fields():
-            data["protocol"].pop(name, None)
         if seed is not None:
             data["seed"] = seed
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
@@ -1544,114 +1118,59 @@ class Scenario(_Strict):
                 return tier.name
         return None
 
-    def _check_tensor(self, fail: Callable[[str, str], None]) -> None:
-        """What the tensor family runs with: sums, pooled ranges, no fog periods."""
-        p, name = self.protocol, self.algorithm.name
-        if p.rule != "sum":
-            fail(
-                "protocol.rule",
-                f"{name} runs with rule 'sum' (its clients send pre-weighted sums; the "
-                f"server rule is the paper's), not {p.rule!r}",
-            )
-        if p.kernel_scope == "local":
-            fail(
-                "protocol.kernel_scope",
-                f"{name} scales every client's views with the pooled ranges: kernel_scope "
-                "must be global",
-            )
-        if p.compression.scheme != "none":
-            fail(
-                "protocol.compression",
-                f"{name}'s messages are factor sums; compression is for the multi-view "
-                "statistics only",
-            )
-        if self.privacy.dp is not None:
+    def _check_algorithm(self, fail: Callable[[str, str], None]) -> None:
+        """What the algorithm runs with, as its plug-in declares (:class:`Capabilities`)."""
+        a, p, pv = self.algorithm, self.protocol, self.privacy
+        plugin = plugin_for(a.name)
+        if plugin is None:  # a plug-in unregistered after validating its settings
+            fail("algorithm.name", f"no algorithm plug-in {a.name!r} is registered")
+            return
+        caps, name = plugin.capabilities_of(a.name), a.name
+        missing = [extra.what for extra in caps.extras if not extra.available()]
+        for what in missing:
+            fail("algorithm.name", f"{name} needs {what}")
+        _refuse_protocol(caps, name, p, fail)
+        if pv.dp is not None and not caps.dp:
             fail(
                 "privacy.dp",
-                f"differential privacy is calibrated for the multi-view statistics; {name}'s "
-                "factor sums have no clipping bound yet",
+                caps.reason("dp", f"{name} does not support differential privacy", name=name),
             )
-        if p.personalization is not None:
-            fail(
-                "protocol.personalization",
-                f"{name} personalises with its own λ blend (algorithm.lam); remove "
-                "protocol.personalization",
-            )
-        for i, t in enumerate(self.topology.tiers):
-            if t.max_period() > 1:
-                fail(
-                    f"topology.tiers.{i}.period",
-                    f"{name}: a middle tier cannot turn a tensor model back into client "
-                    "sums, so tier periods must be 1",
-                )
-
-    def _check_deep(self, fail: Callable[[str, str], None]) -> None:
-        """What the deep family runs with: PyTorch, sums, pooled ranges, synchronous rounds."""
-        p, a = self.protocol, self.algorithm
-        name = a.name
-        if not _deep.torch_available():
-            fail(
-                "algorithm.name",
-                f'{name} needs PyTorch, the [deep] extra: pip install "fedstrata[deep]"',
-            )
-        if p.rule != "sum":
-            fail(
-                "protocol.rule",
-                f"{name} runs with rule 'sum' (the server weighs the clients' networks as "
-                f"the paper does), not {p.rule!r}",
-            )
-        if p.kernel_scope == "local":
-            fail(
-                "protocol.kernel_scope",
-                f"{name} min-max scales every client's views with the pooled ranges: "
-                "kernel_scope must be global",
-            )
-        if p.compression.scheme != "none":
-            fail(
-                "protocol.compression",
-                f"{name}'s messages are network weights; compression is for the multi-view "
-                "statistics only",
-            )
-        if self.privacy.dp is not None:
-            fail(
-                "privacy.dp",
-                f"differential privacy is calibrated for the multi-view statistics; {name}'s "
-                "network weights have no clipping bound yet",
-            )
-        if self.privacy.secure_aggregation != "none":
+        if pv.secure_aggregation != "none" and not caps.secure_aggregation:
+            why = "its partials are not additive" if not caps.additive else "it does not declare it"
             fail(
                 "privacy.secure_aggregation",
-                f"masking {name}'s float32 network weights is not implemented yet; set "
-                "secure_aggregation: none",
+                caps.reason(
+                    "secure_aggregation",
+                    f"{name} cannot run with secure aggregation ({why}); set "
+                    "secure_aggregation: none",
+                    name=name,
+                ),
             )
-        if p.personalization is not None:
+        views = self.data.views or {}
+        if not caps.hybrid_views and (views.get("some", 0.0) > 0 or views.get("single", 0.0) > 0):
             fail(
-                "protocol.personalization",
-                f"{name} has no personalised models; remove protocol.personalization",
+                "data.views",
+                caps.reason(
+                    "hybrid_views",
+                    f"{name} needs every client to hold every view (no hybrid views); "
+                    "remove data.views",
+                    name=name,
+                ),
             )
-        for i, t in enumerate(self.topology.tiers):
-            if t.max_period() > 1:
-                fail(
-                    f"topology.tiers.{i}.period",
-                    f"{name}: every phase (pre-training, training, k-means) takes one root "
-                    "round, so tier periods must be 1",
-                )
-        if p.kind in ("async", "buffered"):
-            fail(
-                "protocol.kind",
-                f"{name}'s pre-training, training and k-means phases need synchronous "
-                f"rounds: kind must be sync or adaptive, not {p.kind!r}",
-            )
-        pre = DeepModel.pretrain_rounds if a.pretrain_rounds is None else a.pretrain_rounds
-        train = DeepModel.train_rounds if a.train_rounds is None else a.train_rounds
-        need = pre + train + DEEP_EXTRA_ROUNDS
-        if p.rounds < need:
-            fail(
-                "protocol.rounds",
-                f"{name} needs at least pretrain_rounds + train_rounds + {DEEP_EXTRA_ROUNDS} = "
-                f"{need} rounds ({pre} of consensus pre-training, {train} of training, 1 of "
-                f"k-means candidates and at least 1 Lloyd round), got {p.rounds}",
-            )
+        if not caps.tier_periods:
+            for i, t in enumerate(self.topology.tiers):
+                if t.max_period() > 1:
+                    fail(
+                        f"topology.tiers.{i}.period",
+                        caps.reason(
+                            "tier_periods",
+                            f"{name} runs its middle tiers once per root round: tier periods "
+                            "must be 1",
+                            name=name,
+                        ),
+                    )
+        if plugin.check is not None:
+            plugin.check(self, a, fail)
 
     def _check_privacy(self, fail: Callable[[str, str], None]) -> None:
         """Secure aggregation sums synchronous rounds of additive partials."""
@@ -1666,8 +1185,8 @@ class Scenario(_Strict):
         why = "secure aggregation sums each round's masked partials"
         if p.rule == "median":
             fail("protocol.rule", f"{why}: rule 'median' is no sum (use sum, weighted or mean)")
-        if p.kind != "sync":
-            fail("protocol.kind", f"{why}: kind {p.kind!r} needs each child's own partial")
+        if not p.capabilities.secure_aggregation:
+            fail("protocol.kind", f"{why}: {p.capabilities.secure_refusal(p.kind)}")
         if p.stragglers != "wait":
             fail("protocol.stragglers", f"{why}: only 'wait' (a dropout's masks are recovered)")
         if p.over_select > 0:
@@ -1733,22 +1252,7 @@ class Scenario(_Strict):
             fail(
                 "protocol.local_iters", "must be 1 with rule 'sum' (it aggregates every iteration)"
             )
-        if self.algorithm.name == "mvkm-ed":
-            if p.rule != "sum":
-                fail(
-                    "protocol.rule",
-                    "mvkm-ed runs with rule 'sum' (its β schedule travels with the summed "
-                    "statistics' model; the parameter rules do not carry it yet)",
-                )
-            elif p.kernel_scope == "local":
-                fail(
-                    "protocol.kernel_scope",
-                    "mvkm-ed's β comes from the pooled feature means: kernel_scope must be global",
-                )
-        if self.algorithm.name in TENSOR_METHODS:
-            self._check_tensor(fail)
-        if self.algorithm.name in DEEP_METHODS:
-            self._check_deep(fail)
+        self._check_algorithm(fail)
         for i, t in enumerate(topo.tiers):
             for nid in t.periods:
                 parsed = _generated(nid)

@@ -111,11 +111,11 @@ def _convert(
         return value  # numbers, and quoted numbers the strict schema refuses as before
     out = parse_quantity(value, units, fold_case=fold_case)
     if out is None:
-        from fedstrata.scenarios.schema import show
+        from fedstrata.scenarios.show import show
 
         raise ValueError(f"{show(value)} is not {what}")
     if not math.isfinite(out):
-        from fedstrata.scenarios.schema import show
+        from fedstrata.scenarios.show import show
 
         raise ValueError(f"must be a finite number, got {show(value)}")
     return out

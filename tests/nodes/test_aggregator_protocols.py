@@ -12,7 +12,7 @@ import pytest
 
 from fedstrata import wire
 from fedstrata.algorithms.multiview import MultiViewModel, State
-from fedstrata.errors import NodeProtocolError, ValidationError
+from fedstrata.errors import NodeProtocolError
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
@@ -28,7 +28,8 @@ from fedstrata.nodes.events import (
     TimerFired,
 )
 from fedstrata.plugins.messages import Shape
-from fedstrata.protocols.asynchronous import FedAsync
+from fedstrata.protocols.asynchronous import AsyncSettings, FedAsync
+from fedstrata.protocols.buffered import BufferedSettings
 
 SHAPE = Shape(3, (2, 3))
 #: Samples held by client c<i>.
@@ -147,7 +148,7 @@ def one(effects, kind):
 
 
 def test_async_merges_every_reply_accepts_stale_ones_and_drops_too_stale_ones():
-    fed = Federation("async", mixing=0.5, staleness="polynomial", max_staleness=1)
+    fed = Federation("async", settings=AsyncSettings(mixing=0.5, max_staleness=1))
     effects = fed.start()
     assert [type(e) for e in effects] == [Subscribe, Publish, SetTimer]
     assert "ask" not in fed.model_body(1)  # the first version asks everyone
@@ -242,11 +243,21 @@ def test_async_deadline_with_no_reply_fails_the_round_and_asks_everyone():
     assert (agg["round"], agg["ok"], agg["staleness_max"]) == (3, True, 1)
 
 
-def test_async_with_the_median_rule_is_refused():
-    with pytest.raises(ValidationError, match="median"):
-        ProtocolConfig(kind="async", rule="median")
-    with pytest.raises(ValidationError, match="median"):
-        ProtocolConfig(kind="buffered", rule="median")
+@pytest.mark.parametrize("kind", ["async", "buffered"])
+def test_an_asynchronous_kind_with_the_median_rule_is_refused_by_the_root(kind):
+    # the kind mixes each child's share of a sum; the median is not additive
+    proto = ProtocolConfig(run="t", kind=kind, rule="median", kernel_scope="local")
+    with pytest.raises(NodeProtocolError, match=f"kind {kind!r} mixes additive partials"):
+        AggregatorNode(
+            "cloud",
+            tier="cloud",
+            children=["c0", "c1"],
+            parent=None,
+            model=MultiViewModel(3),
+            shape=SHAPE,
+            protocol=proto,
+            deadline_s=10.0,
+        )
     ProtocolConfig(kind="sync", rule="median")  # fine synchronously
 
 
@@ -270,7 +281,7 @@ def test_root_refuses_an_async_strategy_over_non_additive_partials():
 
 
 def test_buffered_broadcasts_a_new_version_only_after_two_distinct_replies():
-    fed = Federation("buffered", buffer_size=2)
+    fed = Federation("buffered", settings=BufferedSettings(buffer_size=2))
     fed.start()
     ups = {c: fed.to_client(c, 1, now=0.0) for c in fed.names}
     assert fed.to_root(ups["c2"], now=1.0) == []  # one in the buffer: nothing yet
@@ -301,7 +312,7 @@ def test_buffered_broadcasts_a_new_version_only_after_two_distinct_replies():
 
 
 def test_buffered_two_versions_of_one_child_count_once():
-    fed = Federation("buffered", buffer_size=2, deadline_s=10.0)
+    fed = Federation("buffered", settings=BufferedSettings(buffer_size=2), deadline_s=10.0)
     fed.start()
     up0 = fed.to_client("c0", 1, now=0.0)
     up2_v1 = fed.to_client("c2", 1, now=0.0)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedstrata.protocols import KINDS
 from fedstrata.scenarios.loader import parse_scenario
+from fedstrata.scenarios.protocol_schema import registered_kinds
 from fedstrata.scenarios.run import run_scenario
 
 EXAMPLE = Path(__file__).parents[2] / "scenarios" / "edge-fog-cloud.yaml"
@@ -30,7 +30,7 @@ def root_rows(folder: Path) -> list[dict[str, str]]:
         return [r for r in csv.DictReader(fh) if r["tier"] == "cloud" and r["phase"] == "iter"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", list(registered_kinds()))
 def test_every_kind_terminates_with_ari_above_095(kind, tmp_path):
     sc = parse_scenario(small(kind))
     summary = run_scenario(sc, tmp_path, progress=False, plots=False)

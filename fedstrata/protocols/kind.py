@@ -65,14 +65,14 @@ class Capabilities:
     own_partials
         It keeps each child's own partial and mixes it into the model as it arrives:
         it needs an additive rule (not ``median``).
-    phases
-        The deep family's phases (pre-training, training, k-means: one root round
-        each, in lock-step) can run on it.
+
+    Which kinds an algorithm runs on is the algorithm's to say (its plug-in's
+    ``protocol_kinds``, :class:`fedstrata.plugins.spec.Capabilities`): the deep
+    family's lock-step phases name ``sync`` and ``adaptive``.
     """
 
     secure_aggregation: bool = False
     own_partials: bool = False
-    phases: bool = False
 
     def secure_refusal(self, kind: str) -> str:
         """Why secure aggregation cannot run with this kind (for a located message)."""

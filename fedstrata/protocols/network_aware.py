@@ -240,7 +240,7 @@ ADAPTIVE = ProtocolKind(
     name="adaptive",
     summary="a network-aware plan (quorum, compression) per round, Eq. 139, experimental",
     settings=AdaptiveSettings,
-    capabilities=Capabilities(phases=True),
+    capabilities=Capabilities(),
     factory=_adaptive_strategy,
 )
 """The ``adaptive`` kind's declaration, registered by :mod:`fedstrata.registry`."""

@@ -73,7 +73,7 @@ SYNC = ProtocolKind(
     name="sync",
     summary="synchronous rounds (stragglers, client sampling, over-selection)",
     settings=SyncSettings,
-    capabilities=Capabilities(secure_aggregation=True, phases=True),
+    capabilities=Capabilities(secure_aggregation=True),
     factory=_sync_strategy,
 )
 """The ``sync`` kind's declaration, registered by :mod:`fedstrata.registry`."""

@@ -102,7 +102,7 @@ FIRST_K = ProtocolKind(
     name="first-k",
     summary="synchronous rounds that close at the first `replies` answers",
     settings=FirstKSettings,
-    capabilities=Capabilities(),  # no secure aggregation, no deep phases
+    capabilities=Capabilities(),  # no secure aggregation
     factory=_first_k_strategy,
 )
 

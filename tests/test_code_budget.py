@@ -69,7 +69,6 @@ KNOWN_COMPLEX: dict[str, int] = {
     "fedstrata/protocols/staleness.py::StalenessBuffer.add": 11,
     "fedstrata/scenarios/loader.py::_pydantic_errors": 11,
     "fedstrata/scenarios/loader.py::_scan": 11,
-    "fedstrata/scenarios/mqtt_nodes.py::run_share": 13,
     "fedstrata/scenarios/preflight.py::deadline_warnings": 12,
     "fedstrata/scenarios/preflight.py::split_samples": 11,
     "fedstrata/scenarios/schema.py::DataSpec._params": 12,

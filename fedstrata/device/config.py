@@ -80,8 +80,8 @@ from fedstrata.scenarios.loader import (
     _read,
     load_scenario,
 )
+from fedstrata.plugins.spec import needs_dims
 from fedstrata.scenarios.schema import (
-    DIMS_METHODS,
     MAX_SECONDS,
     Ident,
     Scenario,
@@ -564,7 +564,7 @@ def _load(p: Path, file: str) -> NodeConfig:
     sc_problems: list[ScenarioError] = []
     # the tensor and deep families' models need the feature counts: checked below, once known
     checks = [(wire_topology, "topology")]
-    if sc.algorithm.name not in DIMS_METHODS:
+    if not needs_dims(sc.algorithm.name):
         checks.insert(0, (model_of, "algorithm"))
     for check, where in checks:
         try:
@@ -616,7 +616,7 @@ def _load(p: Path, file: str) -> NodeConfig:
     if role == "client" and spec.data is not None:
         view_ids, views, files = _data(spec, dims, resolve, problems)
     seal = _seal(spec, sc, wiring, resolve, problems)
-    if dims is not None and sc.algorithm.name in DIMS_METHODS:
+    if dims is not None and needs_dims(sc.algorithm.name):
         try:
             model_of(sc, dims)
         except ScenarioError as exc:

@@ -32,8 +32,8 @@ from fedstrata.scenarios.datasets import (
     load_dataset,
     load_files,
 )
+from fedstrata.plugins.spec import needs_dims
 from fedstrata.scenarios.schema import (
-    DIMS_METHODS,
     SEED_LIMIT,
     DataFile,
     Scenario,
@@ -477,7 +477,7 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     except ScenarioError as exc:
         collect(exc)
     try:
-        if data is not None or (sc.algorithm.name not in DIMS_METHODS and sc.algorithm.m != "auto"):
+        if data is not None or not needs_dims(sc.algorithm.name):
             model_of(
                 sc,
                 None if data is None else [X.shape[1] for X in data.dataset.views],

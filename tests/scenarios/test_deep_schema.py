@@ -1,7 +1,7 @@
 """Scenario files of the deep hybrid-view family (fmcsc, efd-mvc): keys, refusals, model.
 
 The expected models and messages are written by hand from the papers' settings and the
-rules in :meth:`fedstrata.scenarios.schema.Scenario._check_deep`, not copied from runs.
+capabilities in :data:`fedstrata.plugins.deep_spec.DEEP`, not copied from runs.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import pytest
 from fedstrata.algorithms import deep
 from fedstrata.algorithms.deep.config import DeepModel
 from fedstrata.errors import ScenarioError
-from fedstrata.scenarios.build import deep_model_of, model_of
+from fedstrata.plugins.deep_spec import DEEP, EfdMvcSettings
+from fedstrata.plugins.spec import BuildInput
+from fedstrata.scenarios.build import model_of
 from fedstrata.scenarios.loader import load_scenario, parse_scenario
-from fedstrata.scenarios.schema import AlgorithmSpec, ScenarioErrors
+from fedstrata.scenarios.schema import ScenarioErrors
 from tests.extras import has, require
 
 FMCSC = """
@@ -167,9 +169,9 @@ def test_a_model_refusal_is_located():
     assert info.value.path == "algorithm"
     assert info.value.reason == "fmcsc needs at least two views"
     # a value the schema would refuse first: the model's message names the key
-    spec = AlgorithmSpec.model_construct(name="efd-mvc", n_clusters=4, latent=0)
+    spec = EfdMvcSettings.model_construct(name="efd-mvc", n_clusters=4, latent=0)
     with pytest.raises(ScenarioError) as info:
-        deep_model_of(spec, [3, 3], 0)
+        DEEP.build(BuildInput(spec, (3, 3), None, 0))
     assert info.value.path == "algorithm.latent"
     assert info.value.reason == "latent must be an int in 1 .. 4096, got 0"
 

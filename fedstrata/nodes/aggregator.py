@@ -706,8 +706,7 @@ class AggregatorNode:
             elif self.protocol.rule == "sum":
                 test = "|ΔJ|/|J|" if mode == "relative" else "|ΔJ|"
             else:
-                test = "the relative centre change" if mode == "relative" else "the centre change"
-                test += " (Eq. 86)"
+                test = self.algorithm.parameter_stop_test(relative=mode == "relative")
             return (
                 RunStatus.CONVERGED,
                 f"{test} fell below tol={self.protocol.tol:g} after {self.iterations} rounds",

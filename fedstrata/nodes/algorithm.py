@@ -204,6 +204,16 @@ class Algorithm(ABC):
     def is_finite(self, state: Any) -> bool:
         """Whether every number of ``state`` is finite."""
 
+    def parameter_stop_test(self, *, relative: bool) -> str:
+        """What :meth:`next_state`'s stopping test compares under a parameter rule, in words.
+
+        The root's stop reason reads "<this> fell below tol=...". Rule ``sum`` and
+        ``tol_mode: per_sample`` compare the objective J (the nodes say so themselves);
+        the parameter rules compare whatever the algorithm's own test does. The default
+        names no equation; a plug-in overrides it with its own test's name.
+        """
+        return "the relative model change" if relative else "the model change"
+
     # -- model bodies ------------------------------------------------------------------
 
     def at_iteration(self, state: Any, iteration: int, extras: dict[str, Any]) -> Any:
@@ -261,10 +271,16 @@ def register_algorithm(model_type: type, factory: Factory) -> None:
 
 
 def algorithm_for(model: Any, protocol: Any, shape: Any) -> Algorithm:
-    """The registered algorithm plug-in for a model's hyper-parameters and a protocol."""
-    import fedstrata.registry  # noqa: F401  (registers the built-in families; see there)
+    """The registered algorithm plug-in for a model's hyper-parameters and a protocol.
 
+    The core registers nothing itself: whatever builds nodes imports the composition
+    root (:mod:`fedstrata.registry`) first, which registers the built-in families.
+    """
     for model_type, factory in _FACTORIES:
         if isinstance(model, model_type):
             return factory(model, protocol, shape)
-    raise NodeProtocolError(f"no algorithm plug-in registered for {type(model).__name__}")
+    raise NodeProtocolError(
+        f"no algorithm plug-in registered for {type(model).__name__}: import "
+        "fedstrata.registry, the composition root, first (it registers the built-in "
+        "families), or register one with register_algorithm"
+    )

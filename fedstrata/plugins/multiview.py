@@ -751,6 +751,10 @@ class ParameterAlgorithm(_MultiView):
         self.additive = protocol.rule != "median"
         self.name = f"{_family(model)}/{protocol.rule}"
 
+    def parameter_stop_test(self, *, relative: bool) -> str:
+        """FedHK-MVFC's Eq. 86: the (relative) change of the averaged centres."""
+        return ("the relative centre change" if relative else "the centre change") + " (Eq. 86)"
+
     def secure_layout(self) -> Layout:
         """Weighted centres (``None`` where no member held the view), weights, counts."""
         if not self.additive:

@@ -36,28 +36,23 @@ err = Console(stderr=True, soft_wrap=True)
 out = Console(soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
-ALGORITHMS = (
-    "hk-mvfc",
-    "mvfcm",
-    "mvkm-ed",
-    "concat-kmeans",
-    "e-fkmvc",
-    "fedhk-parafac2",
-    "fedhk-tucker",
-    "fedhk-mvc-person",
-)
-# the options of `cluster` each algorithm takes (an option given to one that does not
-# take it is an error, never silently dropped)
-_TAKES = {
-    "hk-mvfc": {"m", "alpha", "kernel", "center_update", "n_init"},
-    "mvfcm": {"m", "alpha", "n_init"},
-    "mvkm-ed": {"alpha", "n_init"},
-    "concat-kmeans": {"n_init"},
-    "e-fkmvc": {"m", "alpha"},
-    "fedhk-parafac2": {"m", "alpha", "rank"},
-    "fedhk-tucker": {"m", "alpha"},
-    "fedhk-mvc-person": {"m", "alpha", "rank"},
-}
+# centralised baselines that are no federated plug-in: name -> (estimator, its options)
+_BASELINES = {"concat-kmeans": ("fedstrata.algorithms:ConcatKMeans", frozenset({"n_init"}))}
+
+
+def _estimators() -> dict[str, tuple[str, frozenset[str]]]:
+    """What ``cluster`` fits: each plug-in's centralised estimators, then the baselines.
+
+    Per name, the estimator (``module:Class``) and the ``cluster`` options it takes (an
+    option given to one that does not take it is an error, never silently dropped).
+    """
+    import fedstrata.registry  # noqa: F401  (the composition root registers the plug-ins)
+    from fedstrata.plugins.spec import algorithm_plugins
+
+    found: dict[str, tuple[str, frozenset[str]]] = {}
+    for plugin in algorithm_plugins():
+        found.update(plugin.estimators)
+    return {**found, **_BASELINES}
 
 
 def _track_option() -> Any:
@@ -126,35 +121,31 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _make_estimator(name: str, n_clusters: int, seed: int, **params: Any) -> Any:
-    from fedstrata import algorithms
+    import importlib
+
     from fedstrata.errors import ValidationError
+    from fedstrata.plugins.spec import plugin_for
 
-    factories = {
-        "hk-mvfc": "HKMVFC",
-        "mvfcm": "MVFCM",
-        "mvkm-ed": "MVKMED",
-        "concat-kmeans": "ConcatKMeans",
-        "e-fkmvc": "EFKMVC",
-        "fedhk-parafac2": "FedHKPARAFAC2",
-        "fedhk-tucker": "FedHKTucker",
-        "fedhk-mvc-person": "FedHKMVCPerson",
-    }
-    from fedstrata.algorithms.deep import DEEP_METHODS
-
-    if name in DEEP_METHODS:
-        raise ValidationError(
-            f"{name} runs only as a federation: write a scenario with algorithm.name: {name} "
-            "and use fedstrata run"
-        )
-    if name not in factories:
-        raise ValidationError(f"unknown algorithm {name!r}; choose one of {', '.join(factories)}")
-    return getattr(algorithms, factories[name])(n_clusters, random_state=seed, **params)
+    known = _estimators()
+    if name not in known:
+        if plugin_for(name) is not None:
+            raise ValidationError(
+                f"{name} runs only as a federation: write a scenario with algorithm.name: "
+                f"{name} and use fedstrata run"
+            )
+        raise ValidationError(f"unknown algorithm {name!r}; choose one of {', '.join(known)}")
+    module, _, attr = known[name][0].partition(":")
+    return getattr(importlib.import_module(module), attr)(n_clusters, random_state=seed, **params)
 
 
 @app.command()
 def cluster(
     dataset: str = typer.Option("heat-kernel-synthetic", help="Dataset name."),
-    algorithm: str = typer.Option("hk-mvfc", help=f"One of {', '.join(ALGORITHMS)}."),
+    algorithm: str = typer.Option(
+        "hk-mvfc",
+        help="An algorithm plug-in with a centralised estimator (hk-mvfc, mvfcm, mvkm-ed, the "
+        "tensor family, ...) or concat-kmeans; an unknown name lists them all.",
+    ),
     n_clusters: int = typer.Option(0, help="Number of clusters (default: the dataset's classes)."),
     seed: int = typer.Option(0, help="Random seed for data and fit."),
     kernel: str | None = typer.Option(None, help="hk-mvfc heat kernel: type1, type2, none."),
@@ -187,8 +178,9 @@ def cluster(
         }.items()
         if v is not None
     }
-    takes = _TAKES.get(algorithm)
-    if takes is not None:
+    entry = _estimators().get(algorithm)
+    if entry is not None:
+        takes = entry[1]
         refused = [k for k in given if k not in takes]
         if refused:
             raise _fail(

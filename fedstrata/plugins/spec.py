@@ -225,9 +225,13 @@ def register_algorithm_plugin(plugin: AlgorithmPlugin) -> None:
     Raises
     ------
     ValueError
-        When one of its names belongs to a registered plug-in already.
+        When one of its names belongs to a registered plug-in already, or a settings
+        model's ``name`` is no ``Literal`` of names.
 
     """
+    unnamed = [m.__name__ for m in plugin.settings if not m.names()]
+    if unnamed:
+        raise ValueError(f"settings without a name: Literal[...] field: {', '.join(unnamed)}")
     taken = {n for p in _PLUGINS for n in p.names}
     clash = sorted(taken & set(plugin.names))
     if clash:

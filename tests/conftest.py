@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import fedstrata.registry  # noqa: F401  (tests build nodes directly: the composition root)
+
 HERE = Path(__file__).resolve().parent
 
 SLOW_MODULES = (

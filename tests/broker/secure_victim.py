@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 
+import fedstrata.registry  # noqa: F401  (the composition root: registers plug-ins and kinds)
 from fedstrata import wire
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.broker.runner import NodeRunner

@@ -714,7 +714,7 @@ def _choices(names: list[str]) -> str:
 
 def default_algorithm() -> AlgorithmSettings:
     """The ``algorithm`` section of a file without one: the first registered algorithm."""
-    return settings_models()[0]()
+    return settings_models()[0].model_validate({})
 
 
 def _foreign_key(key: str, name: str, own: type[AlgorithmSettings]) -> str:
@@ -746,7 +746,7 @@ def _settings_errors(
         if err["type"] == "extra_forbidden" and len(loc) == 1:
             reason = _foreign_key(loc[0], name, model)
         else:
-            reason = describe_error(err)
+            reason = describe_error(dict(err))
         errors.append(ScenarioError(reason, path=".".join(["algorithm", *map(clip, loc)])))
     return errors
 

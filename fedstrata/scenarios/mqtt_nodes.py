@@ -225,37 +225,17 @@ async def run_share(
     limit. ``wall`` is when the root finished (or when the share ended).
     """
     tasks = {nid: asyncio.create_task(r.run(), name=f"node-{nid}") for nid, r in runners.items()}
-    root = tasks.get(root_id)
-    deadline = log.t0 + timeout_s
-    grace_end: float | None = None
-    wall: float | None = None
-    timed_out = interrupted = False
+    clock = _ShareClock(tasks.get(root_id), log, log.t0 + timeout_s, root_done, stop)
     try:
         while True:
             pending = [t for t in tasks.values() if not t.done()]
-            if root is not None and root.done() and wall is None:
-                wall = log.now()
-                if root_done is not None:
-                    root_done.set()
+            clock.note_root()
             if not pending:
                 break
             now = time.monotonic()
-            if grace_end is None and (
-                (root is not None and root.done()) or (root_done is not None and root_done.is_set())
-            ):
-                grace_end = now + GRACE_S
-            if stop is not None and stop.is_set():
-                interrupted = True
+            if clock.should_end(now):
                 break
-            if grace_end is not None and now >= grace_end:
-                break
-            if now >= deadline:
-                timed_out = root is None or not root.done()
-                break
-            wake = min(deadline, grace_end or deadline) - now
-            if stop is not None or root_done is not None:
-                wake = min(wake, 0.1)  # other processes signal through shared events
-            await asyncio.wait(pending, timeout=max(wake, 0.001), return_when="FIRST_COMPLETED")
+            await asyncio.wait(pending, timeout=clock.wake(now), return_when="FIRST_COMPLETED")
     finally:
         for t in tasks.values():
             t.cancel()
@@ -263,7 +243,54 @@ async def run_share(
     for end in ends:
         if isinstance(end, BaseException) and not isinstance(end, asyncio.CancelledError):
             raise end  # a node broke its protocol or a bug: not a run outcome
-    return timed_out, interrupted, log.now() if wall is None else wall
+    return clock.timed_out, clock.interrupted, log.now() if clock.wall is None else clock.wall
+
+
+@dataclass
+class _ShareClock:
+    """When a share of nodes stops, and why (see :func:`run_share`)."""
+
+    root: asyncio.Task[Any] | None
+    log: RunLog
+    deadline: float
+    root_done: Any
+    stop: Any
+    grace_end: float | None = None
+    wall: float | None = None
+    timed_out: bool = False
+    interrupted: bool = False
+
+    def _root_finished(self) -> bool:
+        return self.root is not None and self.root.done()
+
+    def note_root(self) -> None:
+        """Keep when the root finished here, and tell the other processes."""
+        if self._root_finished() and self.wall is None:
+            self.wall = self.log.now()
+            if self.root_done is not None:
+                self.root_done.set()
+
+    def should_end(self, now: float) -> bool:
+        """Whether the share ends now: stopped, grace over after the root, or out of time."""
+        root_elsewhere = self.root_done is not None and self.root_done.is_set()
+        if self.grace_end is None and (self._root_finished() or root_elsewhere):
+            self.grace_end = now + GRACE_S
+        if self.stop is not None and self.stop.is_set():
+            self.interrupted = True
+            return True
+        if self.grace_end is not None and now >= self.grace_end:
+            return True
+        if now >= self.deadline:
+            self.timed_out = not self._root_finished()
+            return True
+        return False
+
+    def wake(self, now: float) -> float:
+        """How long to wait for a node to finish before looking again."""
+        wake = min(self.deadline, self.grace_end or self.deadline) - now
+        if self.stop is not None or self.root_done is not None:
+            wake = min(wake, 0.1)  # other processes signal through shared events
+        return max(wake, 0.001)
 
 
 def _worker(

@@ -441,9 +441,10 @@ def _check_secure(sc: Scenario, wiring: Wiring) -> list[ScenarioError]:
 def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     """Run every check a run makes before it starts, and return the prepared data.
 
-    Besides :func:`prepare_data` this checks the algorithm (``algorithm.name``: the
-    simulator runs ``hk-mvfc`` and ``mvfcm``), the wiring (no aggregator without
-    children) and every link model (latency traces are read).
+    Besides :func:`prepare_data` this checks the algorithm (its plug-in builds the model
+    from the dataset's shape: a rank above a view's size, say, is refused here), the
+    wiring (no aggregator without children) and every link model (latency traces are
+    read).
 
     Parameters
     ----------

@@ -35,7 +35,6 @@ import numpy as np
 
 from fedstrata import wire
 from fedstrata.errors import NodeProtocolError, WireError
-from fedstrata.mqtt import config_topic, down_topic, group_prefix, member_topic, up_filter, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.bodies import check_body, dropped
 from fedstrata.nodes.config import Address, ProtocolConfig
@@ -64,6 +63,7 @@ from fedstrata.nodes.runconfig import (
 from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember, member_answer
 from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
+from fedstrata.nodes.topics import AggregatorTopics
 from fedstrata.privacy.secagg import ServerPhase
 from fedstrata.privacy.signing import AuthenticationError
 
@@ -231,19 +231,8 @@ class AggregatorNode:
         self._round_start = 0.0  # when the round being collected opened
         self._member: SecureMember | None = None
         self._member_key: tuple[int, int] = (-1, 0)  # (round, sub) of the parent's session
-        self._member_topic = (
-            None
-            if parent is None or self._layout is None
-            else member_topic(protocol.run, parent.tier, parent.group, node_id)
-        )
-        # children publish on up/<child>: the topic names the publisher
-        self._up_prefix = group_prefix(protocol.run, tier, node_id) + "up/"
-        self._topics = (
-            up_filter(protocol.run, tier, node_id),
-            down_topic(protocol.run, tier, node_id),
-            None if parent is None else up_topic(protocol.run, parent.tier, parent.group, node_id),
-            config_topic(protocol.run, tier, node_id),
-            None if parent is None else config_topic(protocol.run, parent.tier, parent.group),
+        self.topics = AggregatorTopics.of(
+            protocol.run, tier, node_id, parent, secure=self._layout is not None
         )
 
     @property
@@ -259,14 +248,7 @@ class AggregatorNode:
     @property
     def received(self) -> frozenset[str]:
         """Children whose reply the round being collected holds (synchronous rounds)."""
-        rounds = self._rounds()
-        return rounds.received if isinstance(rounds, SyncRounds) else frozenset()
-
-    def _up(self) -> str:
-        return self._topics[0]
-
-    def _down(self) -> str:
-        return self._topics[1]
+        return self._rounds().received
 
     def _rounds(self) -> Strategy:
         return self._setup_rounds if self.phase == "setup" else self.strategy
@@ -281,20 +263,18 @@ class AggregatorNode:
         if isinstance(event, Started):
             if self.state is not AggregatorState.NEW:
                 raise NodeProtocolError("Started not allowed after start")
-            subs: list[Effect] = [Subscribe(pattern=self._up(), qos=self.protocol.qos)]
+            subs: list[Effect] = [Subscribe(pattern=self.topics.children_up, qos=self.protocol.qos)]
             if self.is_root:
                 return subs + self._start()
-            assert self.parent is not None
+            above = self.topics.parent
+            assert above is not None
             self.state = AggregatorState.WAITING
-            if self._member_topic is not None:
-                subs.append(Subscribe(pattern=self._member_topic, qos=self.protocol.qos))
+            if above.member is not None:
+                subs.append(Subscribe(pattern=above.member, qos=self.protocol.qos))
             return [
                 *subs,
-                Subscribe(pattern=self._topics[4], qos=self.protocol.qos),
-                Subscribe(
-                    pattern=down_topic(self.protocol.run, self.parent.tier, self.parent.group),
-                    qos=self.protocol.qos,
-                ),
+                Subscribe(pattern=above.config, qos=self.protocol.qos),
+                Subscribe(pattern=above.down, qos=self.protocol.qos),
             ]
         if self.state is AggregatorState.NEW:
             raise NodeProtocolError(f"{type(event).__name__} not allowed before Started")
@@ -313,11 +293,12 @@ class AggregatorNode:
                 return [dropped(self.node_id, str(exc), "garbage")]
             try:
                 check_body(env)  # the body's declared schema, before anything reads it
-                if event.topic.startswith(self._up_prefix):
+                if event.topic.startswith(self.topics.children_up_prefix):
                     return self._on_update(env, len(event.payload))
-                if event.topic == self._topics[4]:
+                above = self.topics.parent
+                if above is not None and event.topic == above.config:
                     return self._on_parent_config(env)
-                if event.topic == self._member_topic:
+                if above is not None and event.topic == above.member:
                     return self._on_parent_secagg(env)
                 return self._on_parent_model(env)
             except WireError as exc:  # fails the schema, or the plug-in's readers
@@ -350,8 +331,8 @@ class AggregatorNode:
             extras=self.extras,
         )
         return Publish(
-            topic=self._topics[3],
-            payload=self._seal.wrap(payload, self._topics[3]),
+            topic=self.topics.config,
+            payload=self._seal.wrap(payload, self.topics.config),
             qos=self.protocol.qos,
             retain=True,
         )
@@ -398,14 +379,14 @@ class AggregatorNode:
             sender=self.node_id,
             body=body,
         )
-        payload = self._seal.encode(env, self._down())
+        payload = self._seal.encode(env, self.topics.down)
         if collect and self._secure is not None:  # the setup's share of the broadcast
             plain = {k: v for k, v in body.items() if k != "secagg"}
             bare = dataclasses.replace(env, body=plain)
             extra_bytes = len(wire.encode(env)) - len(wire.encode(bare))
             self._secure.count(body["secagg"], extra_bytes * len(self.children))
         effects: list[Effect] = [
-            Publish(topic=self._down(), payload=payload, qos=self.protocol.qos, retain=True)
+            Publish(topic=self.topics.down, payload=payload, qos=self.protocol.qos, retain=True)
         ]
         if collect:
             self._round_start = self._now
@@ -423,7 +404,7 @@ class AggregatorNode:
     def _on_update(self, env: wire.Envelope, nbytes: int) -> list[Effect]:
         fields = {"node": self.node_id, "sender": env.sender, "round": env.round}
         if env.kind not in ("update", "secagg"):
-            raise WireError(f"expected an update on {self._up()}, got {env.kind!r}")
+            raise WireError(f"expected an update on {self.topics.children_up}, got {env.kind!r}")
         if env.sender not in self.children:
             return [Record(kind="foreign", fields=fields)]
         if env.kind == "secagg" or (self._secure is not None and self.phase != "setup"):
@@ -510,8 +491,9 @@ class AggregatorNode:
     def _secure_step(self) -> list[Effect]:
         """Close the session's current phase: send the next one, or close the round."""
         session = self._secure
-        rounds = self._rounds()
-        need = rounds.need_of(rounds.want) if isinstance(rounds, SyncRounds) else self.need
+        need = self._rounds().round_need()
+        if need is None:
+            need = self.need
         if session is None:
             reason = self._secure_failure or "no secure session"
             return self._closed(Closing(None, 0, need, {"secure_failure": reason}))
@@ -555,7 +537,7 @@ class AggregatorNode:
             sender=self.node_id,
             body={**message, "sub": self.sub},
         )
-        topic = member_topic(self.protocol.run, self.tier, self.node_id, member)
+        topic = self.topics.member(member)
         payload = self._seal.encode(env, topic)
         assert self._secure is not None
         self._secure.count(message, len(payload))
@@ -909,7 +891,8 @@ class AggregatorNode:
         return [*records] if reply is None else [self._publish_secagg_up(reply)]
 
     def _publish_secagg_up(self, reply: dict[str, Any]) -> Publish:
-        assert self.parent is not None
+        above = self.topics.parent
+        assert above is not None
         round_, sub = self._member_key
         env = wire.Envelope(
             kind="secagg",
@@ -920,8 +903,8 @@ class AggregatorNode:
             body={**reply, "sub": sub},
         )
         return Publish(
-            topic=self._topics[2],
-            payload=self._seal.encode(env, self._topics[2]),
+            topic=above.up,
+            payload=self._seal.encode(env, above.up),
             qos=self.protocol.qos,
         )
 
@@ -955,11 +938,11 @@ class AggregatorNode:
             isinstance(quorum, bool) or not isinstance(quorum, int | float) or not 0 < quorum <= 1
         ):
             raise WireError(f"body field 'quorum' must lie in (0, 1], got {quorum!r}")
-        if isinstance(self.strategy, SyncRounds):
-            self.strategy.planned_quorum = None if quorum is None else float(quorum)
+        self.strategy.plan_quorum(None if quorum is None else float(quorum))
 
     def _publish_up(self, body: dict[str, Any]) -> Publish:
-        assert self.parent is not None
+        above = self.topics.parent
+        assert above is not None
         env = wire.Envelope(
             kind="update",
             run=self.protocol.run,
@@ -969,8 +952,8 @@ class AggregatorNode:
             body=body,
         )
         return Publish(
-            topic=self._topics[2],
-            payload=self._seal.encode(env, self._topics[2]),
+            topic=above.up,
+            payload=self._seal.encode(env, above.up),
             qos=self.protocol.qos,
         )
 

@@ -106,6 +106,14 @@ class SyncRounds(Strategy):
         """Children that replied in the round being collected."""
         return frozenset(self._received)
 
+    def round_need(self) -> int:
+        """Fresh replies the round being collected needs: the quorum of those wanted."""
+        return self.need_of(self.want)
+
+    def plan_quorum(self, quorum: float | None) -> None:
+        """Close rounds at ``quorum`` of the wanted replies (see :meth:`target`)."""
+        self.planned_quorum = quorum
+
     def take(self) -> dict[str, dict[str, Any]]:
         """The replies collected so far, by sender; the round starts empty again."""
         got, self._received = self._received, {}

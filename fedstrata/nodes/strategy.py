@@ -151,6 +151,28 @@ class Strategy(ABC):
     def close(self, algorithm: Algorithm, *, deadline: bool) -> Closing:
         """Close the round (``deadline``: its timer fired) and reset for the next."""
 
+    @property
+    def received(self) -> frozenset[str]:
+        """Children whose reply the round being collected holds (default: none tracked).
+
+        Only strategies that collect one round at a time know it (synchronous rounds).
+        """
+        return frozenset()
+
+    def round_need(self) -> int | None:
+        """Fresh replies the round being collected needs, if the strategy decides it.
+
+        None (the default): the aggregator's quorum of all its children applies.
+        """
+        return None
+
+    def plan_quorum(self, quorum: float | None) -> None:  # noqa: B027 - an optional hook
+        """Close rounds at a quorum planned upstream (an adaptive root's model message).
+
+        ``None`` withdraws the plan. The default ignores it: only strategies that close
+        a round at a share of its replies (synchronous rounds) can follow one.
+        """
+
     def describe(self) -> dict[str, Any]:
         """The strategy's settings, for the run's records."""
         return {"kind": self.kind}

@@ -10,7 +10,6 @@ soon as that configuration arrives.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any
@@ -23,6 +22,7 @@ from fedstrata.mqtt import config_topic, down_topic, member_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.bodies import check_body, dropped
 from fedstrata.nodes.config import Address, ProtocolConfig
+from fedstrata.nodes.decoding import SharedDecoder
 from fedstrata.nodes.events import (
     Compute,
     Delivered,
@@ -41,54 +41,7 @@ from fedstrata.nodes.sealing import PLAIN, Seal, client_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
 from fedstrata.privacy.signing import AuthenticationError
 
-__all__ = ["ClientNode", "ClientState", "decode_shared"]
-
-# Clients of one process (a simulation, an in-process MQTT run) receive the same model
-# payload many times: it is parsed once and each client gets its own copy of the body.
-_SHARED: dict[bytes, wire.Envelope] = {}
-_SHARED_ENTRIES = 512  # more than the groups broadcasting at once in a large run
-_SHARED_MAX_BYTES = 16 * 1024  # larger payloads: parsing is dominated by copying anyway
-_SHARED_LOCK = threading.Lock()
-
-
-def decode_shared(payload: bytes) -> wire.Envelope:
-    """``wire.decode(payload)``, parsed once per process for small payloads.
-
-    The envelope returned is the caller's own: its body's dicts, lists and arrays are
-    fresh copies (as :func:`wire.decode` makes them), so changing it changes nothing
-    for the next caller. Payloads that do not decode are not cached (WireError each
-    time).
-    """
-    if type(payload) is not bytes or len(payload) > _SHARED_MAX_BYTES:
-        return wire.decode(payload)
-    env = _SHARED.get(payload)
-    if env is None:
-        env = wire.decode(payload)
-        with _SHARED_LOCK:
-            if len(_SHARED) >= _SHARED_ENTRIES:  # oldest first: deliveries of one come together
-                del _SHARED[next(iter(_SHARED))]
-            _SHARED[payload] = env
-    return wire.Envelope(
-        v=env.v,
-        kind=env.kind,
-        run=env.run,
-        round=env.round,
-        tier=env.tier,
-        sender=env.sender,
-        body=_fresh(env.body),
-    )
-
-
-def _fresh(value: Any) -> Any:
-    """A copy of a decoded value: new dicts, lists and arrays (scalars are immutable)."""
-    t = type(value)
-    if t is dict:
-        return {k: _fresh(v) for k, v in value.items()}
-    if t is list:
-        return [_fresh(v) for v in value]
-    if t is np.ndarray:
-        return value.copy()
-    return value
+__all__ = ["ClientNode", "ClientState"]
 
 
 class ClientState(Enum):
@@ -130,7 +83,12 @@ class ClientNode:
         Hybrid views: which of the federation's views ``views`` are. By default it
         holds all views.
     algorithm
-        The algorithm plug-in (shared with the aggregators).
+        The algorithm plug-in (one instance can be shared by a federation's clients,
+        with whatever the plug-in caches for them).
+    decoder
+        Decodes model messages once for a federation's clients (see
+        :class:`~fedstrata.nodes.decoding.SharedDecoder`); None: the client decodes
+        every payload itself.
     """
 
     tier = "edge"
@@ -148,6 +106,7 @@ class ClientNode:
         view_ids: Sequence[int] | None = None,
         algorithm: Algorithm | None = None,
         seal: Seal | None = None,
+        decoder: SharedDecoder | None = None,
     ) -> None:
         self.node_id = node_id
         self.parent = parent
@@ -167,6 +126,7 @@ class ClientNode:
         self._seal = (seal or PLAIN).bind(
             protocol.run, client_routes(protocol.run, parent, node_id)
         )
+        self._decode = wire.decode if decoder is None else decoder.decode
         self.state = ClientState.NEW
         self._seen: set[tuple[int, int]] = set()
         self.result: dict[str, Any] | None = None
@@ -210,7 +170,7 @@ class ClientNode:
             return []
         if isinstance(event, Delivered):
             try:
-                env = self._seal.decode(event.payload, event.topic, decode_shared)
+                env = self._seal.decode(event.payload, event.topic, self._decode)
             except AuthenticationError as exc:
                 return [rejected(self.node_id, exc)]
             except WireError as exc:  # not an envelope at all

@@ -23,9 +23,10 @@ which the root seeds the initial centres. The pooled references are the plug-in'
 Lean path. A client with few samples spends more time on per-call overhead than on
 its arithmetic, and every client of a round reads the same global model:
 
-* the parsed, validated model is kept per process, keyed by its exact bytes
-  (:func:`read_global`), so each distinct model is checked once per process, and so
-  are its per-view constants (the coefficient rows of the distance GEMM, v^α);
+* the parsed, validated model is kept per algorithm instance (the builder shares one
+  among a federation's clients), keyed by its exact bytes (:class:`GlobalModels`), so
+  each distinct model is checked once per federation, and so are its per-view
+  constants (the coefficient rows of the distance GEMM, v^α);
 * a client with at most :data:`LEAN_MAX_SAMPLES` samples computes its statistics
   with :func:`lean_statistics`: the numpy operations of
   :func:`~fedstrata.algorithms.multiview.local_statistics` on the same numbers in the
@@ -85,6 +86,7 @@ from fedstrata.privacy.layout import Layout, SummedField
 __all__ = [
     "LEAN_MAX_SAMPLES",
     "GlobalModel",
+    "GlobalModels",
     "MultiViewLearner",
     "ParameterAlgorithm",
     "StatisticsAlgorithm",
@@ -103,7 +105,7 @@ class GlobalModel:
     """A parsed global model and the constants every client step under it reuses.
 
     ``state`` is batched (one restart) and read-only: one object serves every reader
-    of the same model in the process (:func:`read_global`).
+    of the same model in the federation (:class:`GlobalModels`).
     """
 
     __slots__ = ("_coefs", "_va", "state")
@@ -146,14 +148,6 @@ class GlobalModel:
         return got
 
 
-# Parsed global models by (shape, exact bytes of their arrays): every client of a round
-# reads the same model. Their arrays are private, read-only copies, so no reader can
-# change what the next one gets.
-_GLOBALS: dict[tuple[Shape, bytes], GlobalModel] = {}
-_GLOBALS_ENTRIES = 64
-_GLOBALS_LOCK = threading.Lock()
-
-
 def _is_f64(a: Any, shape: tuple[int, ...]) -> bool:
     return type(a) is np.ndarray and a.dtype == _F64 and a.shape == shape
 
@@ -190,34 +184,64 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def global_model(body: dict[str, Any], shape: Shape) -> GlobalModel:
-    """The body's global model (see :func:`read_global`) with its reusable constants."""
-    key = _model_key(body, shape)
-    if key is not None:
-        hit = _GLOBALS.get((shape, key))
-        if hit is not None:
-            return hit
+def _global_model(body: dict[str, Any], shape: Shape) -> GlobalModel:
+    """The body's global model, parsed and checked, with read-only arrays."""
     state = read_state(body, shape).batched()
     scale = None if state.view_scale is None else _frozen(state.view_scale)
-    got = GlobalModel(
+    return GlobalModel(
         State(tuple(_frozen(a) for a in state.centers), _frozen(state.view_weights), scale)
     )
-    if key is not None:
-        with _GLOBALS_LOCK:
-            if len(_GLOBALS) >= _GLOBALS_ENTRIES:
-                del _GLOBALS[next(iter(_GLOBALS))]
-            _GLOBALS[(shape, key)] = got
-    return got
 
 
-def read_global(body: dict[str, Any], shape: Shape) -> State:
+class GlobalModels:
+    """Parsed global models by (shape, exact bytes of their arrays).
+
+    Every client of a round reads the same model: one instance, held by the algorithm
+    object a federation's clients share, parses and checks each model once. Its
+    arrays are private, read-only copies, so no reader can change what the next one
+    gets. Locked: the clients of an in-process MQTT run read from several threads.
+    """
+
+    ENTRIES = 64
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[Shape, bytes], GlobalModel] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (a pickled node, a snapshot) starts with nothing remembered."""
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def read(self, body: dict[str, Any], shape: Shape) -> GlobalModel:
+        """The body's global model (see :func:`read_global`) with its reusable constants."""
+        key = _model_key(body, shape)
+        if key is not None:
+            hit = self._models.get((shape, key))
+            if hit is not None:
+                return hit
+        got = _global_model(body, shape)
+        if key is not None:
+            with self._lock:
+                if len(self._models) >= self.ENTRIES:
+                    del self._models[next(iter(self._models))]
+                self._models[(shape, key)] = got
+        return got
+
+
+def read_global(body: dict[str, Any], shape: Shape, models: GlobalModels | None = None) -> State:
     """The body's global model as a batch of one (:func:`read_state`, then ``batched``).
 
-    Cached per process by the exact bytes of the state's arrays: a model already read
-    is not checked again. The arrays of the returned state are read-only (shared with
-    every later reader of the same model). Raises WireError like :func:`read_state`.
+    With ``models``, cached there by the exact bytes of the state's arrays: a model
+    already read is not checked again. The arrays of the returned state are read-only
+    (shared with every later reader of the same model). Raises WireError like
+    :func:`read_state`.
     """
-    return global_model(body, shape).state
+    if models is None:
+        return _global_model(body, shape).state
+    return models.read(body, shape).state
 
 
 def lean_statistics(
@@ -384,7 +408,7 @@ class MultiViewLearner(Learner):
         experimental) multiplies its heat-kernel coefficients for the round, through
         the model's per-view scale.
         """
-        glob = global_model(body, self.algorithm.shape)
+        glob = self.algorithm.models.read(body, self.algorithm.shape)
         factor = _kernel_scale(body, self.node_id)
         if factor == 1.0:
             partial, flops = self.algorithm.local_update(self, glob.state, self.prepared(), glob)
@@ -453,7 +477,7 @@ class MultiViewLearner(Learner):
         weights) and labels its samples under the blend too (``personal_labels``).
         """
         a = self.algorithm
-        glob = read_global(body, a.shape)
+        glob = read_global(body, a.shape, a.models)
         pv = self.prepared()
         U = local_statistics(pv, glob, a.model).memberships[0]
         result: dict[str, Any] = {"labels": U.argmax(axis=1), "memberships": np.array(U)}
@@ -486,6 +510,8 @@ class _MultiView(SharedSetupRound, Algorithm):
         self.model = model
         self.protocol = protocol
         self.shape = shape
+        #: The global models its learners read (shared by the clients sharing it).
+        self.models = GlobalModels()
 
     def learner(
         self,
@@ -507,7 +533,7 @@ class _MultiView(SharedSetupRound, Algorithm):
     ) -> tuple[dict[str, Any], float]:
         """The client's partial under the (batched) global model ``glob``.
 
-        ``lean``: the same model as read by :func:`global_model`, for the lean path.
+        ``lean``: the same model as read by :class:`GlobalModels`, for the lean path.
         """
         raise NotImplementedError
 

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from fedstrata.nodes.aggregator import AggregatorNode
+from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
+from fedstrata.nodes.decoding import SharedDecoder
 from fedstrata.nodes.sealing import Seal
 from fedstrata.plugins.messages import Shape
 from fedstrata.scenarios.preflight import Wiring, wire_topology
@@ -112,6 +114,16 @@ class NodeBuilder:
         return Shape(self.model.n_clusters, self.dims)
 
     @cached_property
+    def client_algorithm(self) -> Algorithm:
+        """The plug-in instance the federation's clients share (with what it caches)."""
+        return algorithm_for(self.model, self.protocol, self.shape)
+
+    @cached_property
+    def decoder(self) -> SharedDecoder:
+        """Decodes the model messages once for all the federation's clients."""
+        return SharedDecoder()
+
+    @cached_property
     def timing(self) -> dict[str, tuple[float, int]]:
         """Each aggregator's deadline (seconds) and period, by node id."""
         return node_timing(self.scenario, self.wiring)
@@ -174,4 +186,6 @@ class NodeBuilder:
             view_ids=view_ids,
             shape=self.shape,
             seal=seal,
+            algorithm=self.client_algorithm,
+            decoder=self.decoder,
         )

@@ -11,8 +11,9 @@ from fedstrata import wire
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import WireError
 from fedstrata.nodes.aggregator import AggregatorNode
-from fedstrata.nodes.client import ClientNode, decode_shared
+from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import Address, ProtocolConfig
+from fedstrata.nodes.decoding import SharedDecoder
 from fedstrata.nodes.events import Compute, Delivered, Publish, Record, Started
 from fedstrata.nodes.runconfig import config_id, config_payload, read_config
 from fedstrata.plugins.messages import Shape
@@ -254,6 +255,8 @@ def test_three_tiers_send_the_references_once_per_group_and_never_in_a_model():
 
 def test_shared_decoding_gives_every_caller_its_own_body():
     payload = model_payload(1, "abc", tier="cloud")
+    decoder = SharedDecoder()
+    decode_shared = decoder.decode
     a = decode_shared(payload)
     a.body["centers"][0][0, 0] = 99.0  # one client scribbles on its copy
     a.body["centers"].append("x")
@@ -266,3 +269,13 @@ def test_shared_decoding_gives_every_caller_its_own_body():
         decode_shared(payload[:-3])
     with pytest.raises(WireError):
         decode_shared(payload[:-3])  # a bad payload is not cached
+    assert list(decoder._envelopes) == [payload]
+
+
+def test_decoders_share_nothing_with_each_other():
+    payload = model_payload(1, "abc", tier="cloud")
+    one, other = SharedDecoder(), SharedDecoder()
+    one.decode(payload)
+    assert payload in one._envelopes and not other._envelopes
+    other.decode(payload)
+    assert one._envelopes[payload] is not other._envelopes[payload]

@@ -41,8 +41,10 @@ def body_of(seed, scale=False):
 
 def test_read_global_is_read_once_and_cannot_be_changed_by_its_readers():
     body = body_of(1)
-    a = mvp.read_global(body, SHAPE)
-    assert a is mvp.read_global({**body}, SHAPE)  # same bytes: the same parsed model
+    models = mvp.GlobalModels()
+    a = mvp.read_global(body, SHAPE, models)
+    assert a is mvp.read_global({**body}, SHAPE, models)  # same bytes: the same parsed model
+    assert a is not mvp.read_global(body, SHAPE, mvp.GlobalModels())  # nothing shared besides
     assert all(not x.flags.writeable for x in (*a.centers, a.view_weights))
     with pytest.raises(ValueError, match="read-only"):
         a.centers[0][0, 0, 0] = 1.0
@@ -50,7 +52,7 @@ def test_read_global_is_read_once_and_cannot_be_changed_by_its_readers():
     for x, y in zip((*a.centers, a.view_weights), (*want.centers, want.view_weights), strict=True):
         assert x.shape == y.shape and x.tobytes() == y.tobytes()
     body["centers"][0][0, 0] += 1.0  # the sender's body changes: a different model
-    b = mvp.read_global(body, SHAPE)
+    b = mvp.read_global(body, SHAPE, models)
     assert b is not a and b.centers[0][0, 0, 0] == a.centers[0][0, 0, 0] + 1.0
     scaled = mvp.read_global(body_of(1, scale=True), SHAPE)
     assert scaled is not a and scaled.view_scale is not None

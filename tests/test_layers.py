@@ -67,8 +67,6 @@ crypto, envelopes and topics (none imports another today: keep them independent)
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
     {
         ("fedstrata.device.node", "fedstrata"),
-        ("fedstrata.nodes.algorithm", "fedstrata.registry"),
-        ("fedstrata.nodes.strategy", "fedstrata.registry"),
         ("fedstrata.scenarios.run", "fedstrata"),
     }
 )

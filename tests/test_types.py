@@ -25,8 +25,8 @@ TARGETS: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding=
 # mypy errors per target in the tree of issue 30, known and to fix: lower a number when
 # the count falls, delete the line at 0.
 KNOWN_ERRORS: dict[str, int] = {
-    "fedstrata/nodes": 6,
-    "fedstrata/plugins": 8,
+    "fedstrata/nodes": 1,
+    "fedstrata/plugins": 5,
     "fedstrata/protocols": 6,
 }
 

@@ -33,12 +33,9 @@ class SharedDecoder:
         self._envelopes: dict[bytes, wire.Envelope] = {}
         self._lock = threading.Lock()  # the clients of an MQTT run decode from threads
 
-    def __getstate__(self) -> dict[str, int]:
+    def __reduce__(self) -> tuple[Any, ...]:
         """A copy (a pickled node, a snapshot) starts with nothing remembered."""
-        return {"entries": self.entries, "max_bytes": self.max_bytes}
-
-    def __setstate__(self, state: dict[str, int]) -> None:
-        self.__init__(**state)  # type: ignore[misc]
+        return _new_decoder, (self.entries, self.max_bytes)
 
     def decode(self, payload: bytes) -> wire.Envelope:
         """``wire.decode(payload)``, parsed once for small payloads.
@@ -66,6 +63,11 @@ class SharedDecoder:
             sender=env.sender,
             body=_fresh(env.body),
         )
+
+
+def _new_decoder(entries: int, max_bytes: int) -> SharedDecoder:
+    """An empty decoder with these settings (what a copy of one starts as)."""
+    return SharedDecoder(entries=entries, max_bytes=max_bytes)
 
 
 def _fresh(value: Any) -> Any:

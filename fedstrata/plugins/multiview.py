@@ -197,9 +197,9 @@ class GlobalModels:
     """Parsed global models by (shape, exact bytes of their arrays).
 
     Every client of a round reads the same model: one instance, held by the algorithm
-    object a federation's clients share, parses and checks each model once. Its
-    arrays are private, read-only copies, so no reader can change what the next one
-    gets. Locked: the clients of an in-process MQTT run read from several threads.
+    object a federation's clients share, parses and checks each model once (locked:
+    the clients of an MQTT run read from threads). Its arrays are private, read-only
+    copies, so no reader can change what the next one gets.
     """
 
     ENTRIES = 64
@@ -208,12 +208,9 @@ class GlobalModels:
         self._models: dict[tuple[Shape, bytes], GlobalModel] = {}
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __reduce__(self) -> tuple[type, tuple[()]]:
         """A copy (a pickled node, a snapshot) starts with nothing remembered."""
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
+        return GlobalModels, ()
 
     def read(self, body: dict[str, Any], shape: Shape) -> GlobalModel:
         """The body's global model (see :func:`read_global`) with its reusable constants."""
@@ -235,13 +232,10 @@ def read_global(body: dict[str, Any], shape: Shape, models: GlobalModels | None 
     """The body's global model as a batch of one (:func:`read_state`, then ``batched``).
 
     With ``models``, cached there by the exact bytes of the state's arrays: a model
-    already read is not checked again. The arrays of the returned state are read-only
-    (shared with every later reader of the same model). Raises WireError like
-    :func:`read_state`.
+    already read is not checked again. The arrays are read-only (shared with every
+    later reader). Raises WireError like :func:`read_state`.
     """
-    if models is None:
-        return _global_model(body, shape).state
-    return models.read(body, shape).state
+    return (_global_model(body, shape) if models is None else models.read(body, shape)).state
 
 
 def lean_statistics(

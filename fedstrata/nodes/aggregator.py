@@ -28,7 +28,7 @@ import dataclasses
 import math
 import zlib
 from collections.abc import Sequence
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,7 @@ from fedstrata.nodes.runconfig import (
 )
 from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember, member_answer
+from fedstrata.nodes.stopping import RunStatus, StopRules
 from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
 from fedstrata.nodes.topics import AggregatorTopics
 from fedstrata.privacy.secagg import ServerPhase
@@ -88,16 +89,6 @@ class AggregatorState(Enum):
     COLLECTING = "collecting"
     DONE = "done"
     ERROR = "error"
-
-
-class RunStatus(StrEnum):
-    """How a run ended (``interrupted`` is set by the runner, not by a node)."""
-
-    CONVERGED = "converged"
-    ROUND_LIMIT = "round_limit"
-    STALLED = "stalled"
-    DIVERGED = "diverged"
-    INTERRUPTED = "interrupted"
 
 
 class AggregatorNode:
@@ -207,14 +198,7 @@ class AggregatorNode:
         self.sub = 0
         self.phase = ""
         self.iterations = 0
-        self.converged = False
-        self._prev_objective = math.inf
-        self._prev_per_sample = math.inf
-        self._best_per_sample = math.inf
-        self._since_best = 0  # successful root rounds without a plateau_tol improvement
-        self._plateaued = False
-        self._failed_streak = 0  # consecutive root rounds below quorum
-        self._successes = 0  # root iterations that updated the model
+        self.stop = StopRules(protocol, self.algorithm)  # the root's stopping tests
         self._seen_updates: set[tuple[str, int, int]] = set()
         self._got = 0  # valid replies in the round being collected
         self._seen_models: set[tuple[int, int]] = set()
@@ -234,6 +218,22 @@ class AggregatorNode:
         self.topics = AggregatorTopics.of(
             protocol.run, tier, node_id, parent, secure=self._layout is not None
         )
+
+    @property
+    def protocol(self) -> ProtocolConfig:
+        """The protocol settings (replacing them reaches the stopping rules too)."""
+        return self._protocol
+
+    @protocol.setter
+    def protocol(self, value: ProtocolConfig) -> None:
+        self._protocol = value
+        if "stop" in self.__dict__:
+            self.stop.protocol = value
+
+    @property
+    def converged(self) -> bool:
+        """Whether the root's last successful round met the convergence test."""
+        return self.stop.converged
 
     @property
     def is_root(self) -> bool:
@@ -313,7 +313,7 @@ class AggregatorNode:
             body["sub"] = sub
         if state is not None:
             if self.is_root and phase == "iter":  # the schedule of the iteration it is for
-                state = self.algorithm.at_iteration(state, self._successes + 1, self.extras)
+                state = self.algorithm.at_iteration(state, self.stop.successes + 1, self.extras)
             body.update(self.algorithm.model_body(state, {} if phase == "setup" else self.extras))
             if phase != "setup" and self.config_id is not None:
                 body[CONFIG_FIELD] = self.config_id
@@ -616,7 +616,7 @@ class AggregatorNode:
                     step = self.algorithm.next_state(
                         closing.total,
                         prev,
-                        self._prev_objective,
+                        self.stop.prev_objective,
                         tol=self.protocol.tol,
                         relative=self.protocol.tol_mode == "relative",
                     )
@@ -626,8 +626,7 @@ class AggregatorNode:
         if ok:
             assert closing.total is not None
             assert step is not None
-            self._failed_streak = 0
-            self._successes += 1
+            self.stop.succeeded()
             total = closing.total
             new, J = step.state, step.objective
             record.update(participants=self.algorithm.contributors(total), n=total["n"])
@@ -642,78 +641,30 @@ class AggregatorNode:
                         f"the model of round {self.iterations - 1}",
                     ),
                 ]
-            n = step.n
-            per_sample = J / n if n > 0 else math.inf
-            converged = step.converged
-            if self.protocol.tol_mode == "per_sample":
-                converged = abs(per_sample - self._prev_per_sample) < self.protocol.tol
-            settled = self.strategy.settled()  # e.g. async: every child counted once
-            self.converged = converged and settled
-            if settled:
-                self._track_plateau(per_sample)
-            self._prev_objective = J
-            self._prev_per_sample = per_sample
+            # settled: e.g. async, every child counted once
+            self.stop.stepped(J, step.n, step.converged, settled=self.strategy.settled())
             self.global_state = new
             record.update(objective=J)
         else:
-            self._failed_streak += 1
+            self.stop.failed()
         # the model as it is used: with the schedule of the iteration that fitted it
-        shown = self.algorithm.at_iteration(self.global_state, max(self._successes, 1), self.extras)
-        record.update(converged=self.converged, state=shown)
+        shown = self.algorithm.at_iteration(
+            self.global_state, max(self.stop.successes, 1), self.extras
+        )
+        record.update(converged=self.stop.converged, state=shown)
         effects: list[Effect] = [Record(kind="round", fields=record)]
-        end = self._end_reason()
+        end = self.stop.end(self.iterations, self._stall_reason)
         if end is not None:
             return effects + self._root_finish(*end)
         return effects + self._broadcast(
             self.round + 1, self._model_body("iter", self.global_state)
         )
 
-    def _track_plateau(self, per_sample: float) -> None:
-        """Count successful rounds since J/n last improved by more than ``plateau_tol``."""
-        if self.protocol.plateau is None:
-            return
-        if per_sample < self._best_per_sample * (1.0 - self.protocol.plateau_tol):
-            self._best_per_sample = per_sample
-            self._since_best = 0
-        else:
-            self._since_best += 1
-        self._plateaued = self._since_best >= self.protocol.plateau
-
-    def _end_reason(self) -> tuple[RunStatus, str] | None:
-        """Whether the run ends after this root round, and why."""
-        if self.converged:
-            mode = self.protocol.tol_mode
-            if mode == "per_sample":
-                test = "|Δ(J/n)|"
-            elif self.protocol.rule == "sum":
-                test = "|ΔJ|/|J|" if mode == "relative" else "|ΔJ|"
-            else:
-                test = self.algorithm.parameter_stop_test(relative=mode == "relative")
-            return (
-                RunStatus.CONVERGED,
-                f"{test} fell below tol={self.protocol.tol:g} after {self.iterations} rounds",
-            )
-        if self._plateaued:
-            return (
-                RunStatus.CONVERGED,
-                f"plateau: the per-sample objective J/n gained no more than "
-                f"{self.protocol.plateau_tol:g} (relative) on its best in the last "
-                f"{self.protocol.plateau} rounds",
-            )
-        if self._failed_streak >= self.protocol.patience:
-            return RunStatus.STALLED, self._stall_reason()
-        if self.iterations >= self.protocol.rounds:
-            return (
-                RunStatus.ROUND_LIMIT,
-                f"reached the round limit ({self.protocol.rounds}) before convergence",
-            )
-        return None
-
     def _stall_reason(self) -> str:
         what = "setup round" if self.phase == "setup" else "round"
         rounds = self._rounds()
         return (
-            f"{self._failed_streak} consecutive {what}s below quorum: the last heard from "
+            f"{self.stop.failed_streak} consecutive {what}s below quorum: the last heard from "
             f"{self._got} of {len(rounds.asked)} children within its "
             f"{self.deadline_s:g} s deadline, {self._last_need} needed"
         )
@@ -731,16 +682,14 @@ class AggregatorNode:
                 self.global_state = state
         if not ok or self.global_state is None:
             self.iterations += 1  # a failed setup counts against the limit: always terminate
-            self._failed_streak += 1
+            self.stop.failed()
             head: list[Effect] = [
                 Record(
                     kind="setup_failed",
                     fields={"node": self.node_id, "iteration": self.iterations},
                 )
             ]
-            if self._failed_streak >= self.protocol.patience or (
-                self.iterations >= self.protocol.rounds
-            ):
+            if self.stop.exhausted(self.iterations):
                 reason = (
                     self._stall_reason()
                     if not ok
@@ -753,7 +702,7 @@ class AggregatorNode:
                     *self._root_finish(RunStatus.STALLED, reason),
                 ]
             return head + self._broadcast(self.round + 1, self._model_body("setup", None))
-        self._failed_streak = 0
+        self.stop.failed_streak = 0
         config: list[Effect] = []
         if self.extras:  # sent once, before the first model that needs it
             self.config_id = config_id(self.extras)
@@ -768,7 +717,7 @@ class AggregatorNode:
         self.state = AggregatorState.DONE
         if self.global_state is not None:  # the final model: with the scale it was fitted at
             self.global_state = self.algorithm.at_iteration(
-                self.global_state, max(self._successes, 1), self.extras
+                self.global_state, max(self.stop.successes, 1), self.extras
             )
         self.result = {
             "state": self.global_state,

@@ -61,24 +61,16 @@ from fedstrata.nodes.runconfig import (
     read_config,
 )
 from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
-from fedstrata.nodes.secure import REFUSALS, SecureCollection, SecureMember, member_answer
+from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
+from fedstrata.nodes.secure_round import SecureRound
 from fedstrata.nodes.stopping import RunStatus, StopRules
 from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
 from fedstrata.nodes.topics import AggregatorTopics
-from fedstrata.privacy.secagg import ServerPhase
 from fedstrata.privacy.signing import AuthenticationError
 
 __all__ = ["AggregatorNode", "AggregatorState", "RunStatus"]
 
 _DEADLINE = "deadline"
-#: Secure rounds: the share of the deadline kept for each phase still to come.
-_PHASE_RESERVE = 0.1
-_PHASES_AFTER = {
-    ServerPhase.KEYS: 3,
-    ServerPhase.SHARES: 2,
-    ServerPhase.MASKED: 1,
-    ServerPhase.REVEAL: 0,
-}
 
 
 class AggregatorState(Enum):
@@ -210,9 +202,7 @@ class AggregatorNode:
         # secure aggregation: this round's session with the children, and this node's
         # membership of its parent's session (middle tier)
         self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
-        self._secure: SecureCollection | None = None
-        self._secure_failure = ""  # why this round's session could not start
-        self._round_start = 0.0  # when the round being collected opened
+        self._secure: SecureRound | None = None  # this round's session (secure rounds)
         self._member: SecureMember | None = None
         self._member_key: tuple[int, int] = (-1, 0)  # (round, sub) of the parent's session
         self.topics = AggregatorTopics.of(
@@ -353,22 +343,20 @@ class AggregatorNode:
             if ask is not None:
                 body["ask"] = ask
             self.state = AggregatorState.COLLECTING
-            self._secure, self._secure_failure = None, ""
+            self._secure = None
             if self._layout is not None and self.phase != "setup":
-                roster = sorted(self.children) if ask is None else list(ask)
-                try:
-                    self._secure = SecureCollection(
-                        roster,
-                        self.protocol,
-                        self._layout,
-                        run=self.protocol.run,
-                        node=self.node_id,
-                        round_=round_,
-                        sub=self.sub,
-                    )
-                    body["secagg"] = self._secure.setup()
-                except REFUSALS as exc:  # e.g. a sampled roster too small to hide anyone
-                    self._secure_failure = str(exc)
+                self._secure, setup = SecureRound.open(
+                    sorted(self.children) if ask is None else ask,
+                    self.protocol,
+                    self._layout,
+                    node=self.node_id,
+                    round_=round_,
+                    sub=self.sub,
+                    start=self._now,
+                    deadline_s=self.deadline_s,
+                )
+                if setup is not None:
+                    body["secagg"] = setup
         else:
             body = {k: v for k, v in body.items() if k != "secagg"}
         env = wire.Envelope(
@@ -380,17 +368,17 @@ class AggregatorNode:
             body=body,
         )
         payload = self._seal.encode(env, self.topics.down)
-        if collect and self._secure is not None:  # the setup's share of the broadcast
+        if collect and self._session_open():  # the setup's share of the broadcast
             plain = {k: v for k, v in body.items() if k != "secagg"}
             bare = dataclasses.replace(env, body=plain)
             extra_bytes = len(wire.encode(env)) - len(wire.encode(bare))
+            assert self._secure is not None
             self._secure.count(body["secagg"], extra_bytes * len(self.children))
         effects: list[Effect] = [
             Publish(topic=self.topics.down, payload=payload, qos=self.protocol.qos, retain=True)
         ]
         if collect:
-            self._round_start = self._now
-            timer = self._phase_timer() if self._secure is not None else None
+            timer = self._phase_timer() if self._session_open() else None
             effects.append(timer or SetTimer(name=_DEADLINE, delay_s=self.deadline_s))
         return effects
 
@@ -407,7 +395,7 @@ class AggregatorNode:
             raise WireError(f"expected an update on {self.topics.children_up}, got {env.kind!r}")
         if env.sender not in self.children:
             return [Record(kind="foreign", fields=fields)]
-        if env.kind == "secagg" or (self._secure is not None and self.phase != "setup"):
+        if env.kind == "secagg" or (self._session_open() and self.phase != "setup"):
             return self._on_secagg_reply(env, nbytes, fields)
         sub = env.body.get("sub", 0)
         staleness = self.round - env.round
@@ -446,11 +434,14 @@ class AggregatorNode:
 
     # -- secure aggregation (aggregator side) -------------------------------------------
 
+    def _session_open(self) -> bool:
+        """Whether the round being collected runs a secure session that started."""
+        return self._secure is not None and self._secure.session is not None
+
     def _on_secagg_reply(
         self, env: wire.Envelope, nbytes: int, fields: dict[str, Any]
     ) -> list[Effect]:
         """A member's reply in this round's secure session (plain updates are refused)."""
-        session = self._secure
         if env.kind != "secagg":  # never sum a plaintext partial into a masked round
             return [
                 Record(
@@ -465,68 +456,46 @@ class AggregatorNode:
         body = dict(env.body)
         sub = body.pop("sub", 0)
         if (
-            session is None
+            self._secure is None
+            or self._secure.session is None
             or self.state is not AggregatorState.COLLECTING
             or env.round != self.round
             or sub != self.sub
         ):
             return [Record(kind="late", fields=fields)]
-        phase = session.phase
-        try:
-            taken = session.receive(env.sender, body, nbytes)
-        except REFUSALS as exc:
+        got = self._secure.receive(env.sender, body, nbytes)
+        if got.refused:
             return [
                 Record(
-                    kind="dropped", fields={**fields, "reason": str(exc), "category": "malformed"}
+                    kind="dropped",
+                    fields={**fields, "reason": got.refused, "category": "malformed"},
                 )
             ]
-        if not taken:
+        if not got.taken:
             return [Record(kind="late", fields=fields)]
-        if phase is ServerPhase.KEYS:
+        if got.key:
             self._got += 1
-        if session.complete:
+        if got.complete:
             return [CancelTimer(name=_DEADLINE), *self._secure_step()]
         return []
 
     def _secure_step(self) -> list[Effect]:
         """Close the session's current phase: send the next one, or close the round."""
-        session = self._secure
         need = self._rounds().round_need()
         if need is None:
             need = self.need
-        if session is None:
-            reason = self._secure_failure or "no secure session"
-            return self._closed(Closing(None, 0, need, {"secure_failure": reason}))
-        try:
-            out = session.advance()
-        except REFUSALS as exc:
-            return self._closed(Closing(None, 0, need, self._secure_fields(session, str(exc))))
-        if session.phase is ServerPhase.DONE:
-            total = out
-            try:
-                self.algorithm.check_partial(total)
-            except REFUSALS as exc:
-                return self._closed(Closing(None, 0, need, self._secure_fields(session, str(exc))))
-            fresh = len(session.result.survivors)
-            return self._closed(Closing(total, fresh, need, self._secure_fields(session, "")))
-        effects: list[Effect] = []
-        for member, message in out.items():
-            effects.append(self._publish_member(member, message))
+        if self._secure is None:
+            return self._closed(Closing(None, 0, need, {"secure_failure": "no secure session"}))
+        out = self._secure.step(self.algorithm, need)
+        if isinstance(out, Closing):
+            return self._closed(out)
+        effects: list[Effect] = [self._publish_member(m, message) for m, message in out.items()]
         return [*effects, self._phase_timer()]
 
     def _phase_timer(self) -> SetTimer:
-        """The current secure phase's deadline, within the round's ``deadline_s``.
-
-        The round as a whole keeps its deadline: each phase may use all the time left
-        but a reserve of a tenth of the deadline for each phase still to come. So a
-        phase that waits on a slow member (a fog's own secure round, a client's
-        computation) has nearly the whole deadline, and the round still closes in time.
-        """
-        session = self._secure
-        assert session is not None
-        remaining = _PHASES_AFTER[session.phase]
-        end = self._round_start + self.deadline_s * (1.0 - _PHASE_RESERVE * remaining)
-        return SetTimer(name=_DEADLINE, delay_s=max(0.0, end - self._now))
+        """The current secure phase's deadline (:meth:`SecureRound.timer_delay`)."""
+        assert self._secure is not None
+        return SetTimer(name=_DEADLINE, delay_s=self._secure.timer_delay(self._now))
 
     def _publish_member(self, member: str, message: dict[str, Any]) -> Publish:
         env = wire.Envelope(
@@ -542,15 +511,6 @@ class AggregatorNode:
         assert self._secure is not None
         self._secure.count(message, len(payload))
         return Publish(topic=topic, payload=payload, qos=self.protocol.qos)
-
-    def _secure_fields(self, session: SecureCollection, failure: str) -> dict[str, Any]:
-        result = getattr(session, "result", None)
-        return {
-            "secure": self.protocol.secure,
-            "secure_failure": failure,
-            "recovered": 0 if result is None else len(result.dropped),
-            **{f"privacy_bytes_{step}": n for step, n in session.bytes.items()},
-        }
 
     def _close(self, *, deadline: bool) -> list[Effect]:
         rounds = self._rounds()

@@ -52,6 +52,7 @@ from fedstrata.nodes.events import (
     Subscribe,
     TimerFired,
 )
+from fedstrata.nodes.parent_session import ParentMembership
 from fedstrata.nodes.rounds import SyncRounds
 from fedstrata.nodes.runconfig import (
     CONFIG_FIELD,
@@ -61,7 +62,6 @@ from fedstrata.nodes.runconfig import (
     read_config,
 )
 from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
-from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
 from fedstrata.nodes.secure_round import SecureRound
 from fedstrata.nodes.stopping import RunStatus, StopRules
 from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
@@ -203,8 +203,12 @@ class AggregatorNode:
         # membership of its parent's session (middle tier)
         self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
         self._secure: SecureRound | None = None  # this round's session (secure rounds)
-        self._member: SecureMember | None = None
-        self._member_key: tuple[int, int] = (-1, 0)  # (round, sub) of the parent's session
+        # a middle tier's membership of its parent's session (secure aggregation)
+        self._parent_session = (
+            None
+            if parent is None or self._layout is None
+            else ParentMembership(node_id, self._layout)
+        )
         self.topics = AggregatorTopics.of(
             protocol.run, tier, node_id, parent, secure=self._layout is not None
         )
@@ -767,42 +771,25 @@ class AggregatorNode:
 
     def _join_parent_session(self, env: wire.Envelope) -> list[Effect]:
         """Answer the setup of the parent's session; this round's sum will be the input."""
-        self._member = None
-        if self._layout is None:
+        if self._parent_session is None:
             return []
-        fields = {"node": self.node_id, "round": env.round}
-        setup = env.body.get("secagg")
-        if setup is None:
-            return [
-                Record(
-                    kind="dropped",
-                    fields={
-                        **fields,
-                        "reason": "the parent asked for a plaintext round under secure aggregation",
-                        "category": "malformed",
-                    },
-                )
-            ]
-        sub = env.body.get("sub", 0)
-        try:
-            member = SecureMember(self.node_id, self.protocol, self._layout, setup)
-            reply = member.keys()
-        except REFUSALS as exc:
-            return [Record(kind="secure_refused", fields={**fields, "reason": str(exc)})]
-        self._member, self._member_key = member, (env.round, int(sub))
-        return [self._publish_secagg_up(reply)]
+        return self._up_secagg(self._parent_session.join(self.protocol, env))
 
     def _on_parent_secagg(self, env: wire.Envelope) -> list[Effect]:
         """A per-member message of the parent's session."""
-        reply, records, stays = member_answer(self.node_id, self._member, self._member_key, env)
-        if not stays:
-            self._member = None
+        assert self._parent_session is not None  # its topic is subscribed only then
+        return self._up_secagg(self._parent_session.answer(env))
+
+    def _up_secagg(self, got: tuple[dict[str, Any] | None, list[Record]]) -> list[Effect]:
+        """The records of a membership step, or its reply published up."""
+        reply, records = got
         return [*records] if reply is None else [self._publish_secagg_up(reply)]
 
     def _publish_secagg_up(self, reply: dict[str, Any]) -> Publish:
         above = self.topics.parent
         assert above is not None
-        round_, sub = self._member_key
+        assert self._parent_session is not None
+        round_, sub = self._parent_session.key
         env = wire.Envelope(
             kind="secagg",
             run=self.protocol.run,
@@ -819,27 +806,9 @@ class AggregatorNode:
 
     def _forward(self, partial: dict[str, Any]) -> list[Effect]:
         """Send a partial up: in the clear, or as this member's masked input."""
-        if self._layout is None:
+        if self._parent_session is None:
             return [self._publish_up(partial)]
-        member, self._member = self._member, None
-        fields = {"node": self.node_id, "round": self.round}
-        if member is None:
-            return [
-                Record(
-                    kind="dropped",
-                    fields={
-                        **fields,
-                        "reason": "no secure session with the parent this round; nothing forwarded",
-                        "category": "late",
-                    },
-                )
-            ]
-        try:
-            reply = member.provide(partial, skip=("sub",))
-        except REFUSALS as exc:
-            return [Record(kind="secure_overflow", fields={**fields, "reason": str(exc)})]
-        self._member = member  # it still answers the unmasking request
-        return [] if reply is None else [self._publish_secagg_up(reply)]
+        return self._up_secagg(self._parent_session.provide(partial, self.round))
 
     def _plan_quorum(self, quorum: Any) -> None:
         """Close this round's collection at a quorum the parent planned (adaptive root)."""

@@ -53,7 +53,6 @@ from fedstrata.nodes.events import (
     TimerFired,
 )
 from fedstrata.nodes.parent_session import ParentMembership
-from fedstrata.nodes.rounds import SyncRounds
 from fedstrata.nodes.runconfig import (
     CONFIG_FIELD,
     config_id,
@@ -63,6 +62,7 @@ from fedstrata.nodes.runconfig import (
 )
 from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
 from fedstrata.nodes.secure_round import SecureRound
+from fedstrata.nodes.setup_rounds import SetupRounds
 from fedstrata.nodes.stopping import RunStatus, StopRules
 from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
 from fedstrata.nodes.topics import AggregatorTopics
@@ -179,7 +179,7 @@ class AggregatorNode:
                 f"protocol kind {self.strategy.kind!r} mixes additive partials; "
                 f"{self.algorithm.name} is not additive"
             )
-        self._setup_rounds = SyncRounds(sorted(self.children), quorum=quorum, seed=seed)
+        self._setup = SetupRounds(sorted(self.children), quorum=quorum, seed=seed)
         self.state = AggregatorState.NEW
         self.global_state = init_state
         self._fixed_init = init_state is not None
@@ -196,7 +196,6 @@ class AggregatorNode:
         self._seen_models: set[tuple[int, int]] = set()
         self._now = 0.0
         self._last_need = self.need
-        self._setup_versions: set[int] = set()
         self.result: dict[str, Any] | None = None
         self._rng = np.random.default_rng(seed)
         # secure aggregation: this round's session with the children, and this node's
@@ -245,7 +244,7 @@ class AggregatorNode:
         return self._rounds().received
 
     def _rounds(self) -> Strategy:
-        return self._setup_rounds if self.phase == "setup" else self.strategy
+        return self._setup.rounds if self.phase == "setup" else self.strategy
 
     # -- entry point -----------------------------------------------------------------
 
@@ -340,7 +339,7 @@ class AggregatorNode:
             self.phase = str(body["phase"])
             self._got = 0
             if self.phase == "setup":
-                self._setup_versions.add(round_)
+                self._setup.opened(round_)
             ask, extra = self._rounds().open(round_, self._now)
             body = {k: v for k, v in body.items() if k not in ("ask", "secagg")}
             body.update(extra)
@@ -416,7 +415,7 @@ class AggregatorNode:
         if key in self._seen_updates:
             return [Record(kind="duplicate", fields=fields)]
         body = env.body
-        if (env.round in self._setup_versions) != (self.phase == "setup"):  # e.g. setup, late
+        if self._setup.was_setup(env.round) != (self.phase == "setup"):  # e.g. setup, late
             return [Record(kind="late", fields=fields)]
         if self.phase == "setup":
             self.algorithm.check_setup(body)
@@ -519,7 +518,7 @@ class AggregatorNode:
     def _close(self, *, deadline: bool) -> list[Effect]:
         rounds = self._rounds()
         if self.phase == "setup":
-            closing = self._close_setup(deadline)
+            closing = self._setup.close(self.algorithm, self._rng, self.need)
         else:
             with np.errstate(all="ignore"):  # overflow is detected later, not warned about
                 try:
@@ -548,14 +547,6 @@ class AggregatorNode:
         if self.is_root:
             return head + self._root_close(closing)
         return head + self._middle_close(closing)
-
-    def _close_setup(self, deadline: bool) -> Closing:
-        bodies = self._setup_rounds.take()
-        got = [bodies[k] for k in sorted(bodies)]
-        need = self.need
-        if not got:
-            return Closing(None, 0, need)
-        return Closing(self.algorithm.merge_setup(got, self._rng), len(got), need)
 
     # -- root ------------------------------------------------------------------------
 

@@ -60,7 +60,6 @@ KNOWN_COMPLEX: dict[str, int] = {
     "fedstrata/device/data.py::_read_npz": 13,
     "fedstrata/mqtt.py::TopicTree.match": 19,
     "fedstrata/nodes/aggregator.py::AggregatorNode._take_parent_model": 11,
-    "fedstrata/nodes/aggregator.py::AggregatorNode.handle": 17,
     "fedstrata/nodes/bodies.py::_check_value": 30,
     "fedstrata/nodes/client.py::ClientNode.handle": 13,
     "fedstrata/nodes/config.py::ProtocolConfig.__post_init__": 19,

@@ -254,21 +254,7 @@ class AggregatorNode:
             raise NodeProtocolError(f"{type(event).__name__} not allowed in state ERROR")
         self._now = event.now
         if isinstance(event, Started):
-            if self.state is not AggregatorState.NEW:
-                raise NodeProtocolError("Started not allowed after start")
-            subs: list[Effect] = [Subscribe(pattern=self.topics.children_up, qos=self.protocol.qos)]
-            if self.is_root:
-                return subs + self._start()
-            above = self.topics.parent
-            assert above is not None
-            self.state = AggregatorState.WAITING
-            if above.member is not None:
-                subs.append(Subscribe(pattern=above.member, qos=self.protocol.qos))
-            return [
-                *subs,
-                Subscribe(pattern=above.config, qos=self.protocol.qos),
-                Subscribe(pattern=above.down, qos=self.protocol.qos),
-            ]
+            return self._on_started()
         if self.state is AggregatorState.NEW:
             raise NodeProtocolError(f"{type(event).__name__} not allowed before Started")
         if self.state is AggregatorState.DONE:
@@ -278,25 +264,47 @@ class AggregatorNode:
         if isinstance(event, PeerLost):
             return [Record(kind="peer_lost", fields={"node": self.node_id, "peer": event.node_id})]
         if isinstance(event, Delivered):
-            try:
-                env = self._seal.decode(event.payload, event.topic)
-            except AuthenticationError as exc:
-                return [rejected(self.node_id, exc)]
-            except WireError as exc:  # not an envelope at all
-                return [dropped(self.node_id, str(exc), "garbage")]
-            try:
-                check_body(env)  # the body's declared schema, before anything reads it
-                if event.topic.startswith(self.topics.children_up_prefix):
-                    return self._on_update(env, len(event.payload))
-                above = self.topics.parent
-                if above is not None and event.topic == above.config:
-                    return self._on_parent_config(env)
-                if above is not None and event.topic == above.member:
-                    return self._on_parent_secagg(env)
-                return self._on_parent_model(env)
-            except WireError as exc:  # fails the schema, or the plug-in's readers
-                return [dropped(self.node_id, str(exc), "malformed")]
+            return self._on_delivered(event)
         raise NodeProtocolError(f"unknown event {type(event).__name__}")
+
+    def _on_started(self) -> list[Effect]:
+        """Subscribe; the root opens its first round, a middle tier waits for its parent."""
+        if self.state is not AggregatorState.NEW:
+            raise NodeProtocolError("Started not allowed after start")
+        subs: list[Effect] = [Subscribe(pattern=self.topics.children_up, qos=self.protocol.qos)]
+        if self.is_root:
+            return subs + self._start()
+        above = self.topics.parent
+        assert above is not None
+        self.state = AggregatorState.WAITING
+        if above.member is not None:
+            subs.append(Subscribe(pattern=above.member, qos=self.protocol.qos))
+        return [
+            *subs,
+            Subscribe(pattern=above.config, qos=self.protocol.qos),
+            Subscribe(pattern=above.down, qos=self.protocol.qos),
+        ]
+
+    def _on_delivered(self, event: Delivered) -> list[Effect]:
+        """A message: unsealed, its body checked, then routed by the topic it came on."""
+        try:
+            env = self._seal.decode(event.payload, event.topic)
+        except AuthenticationError as exc:
+            return [rejected(self.node_id, exc)]
+        except WireError as exc:  # not an envelope at all
+            return [dropped(self.node_id, str(exc), "garbage")]
+        try:
+            check_body(env)  # the body's declared schema, before anything reads it
+            if event.topic.startswith(self.topics.children_up_prefix):
+                return self._on_update(env, len(event.payload))
+            above = self.topics.parent
+            if above is not None and event.topic == above.config:
+                return self._on_parent_config(env)
+            if above is not None and event.topic == above.member:
+                return self._on_parent_secagg(env)
+            return self._on_parent_model(env)
+        except WireError as exc:  # fails the schema, or the plug-in's readers
+            return [dropped(self.node_id, str(exc), "malformed")]
 
     # -- broadcasting ----------------------------------------------------------------
 

@@ -154,6 +154,7 @@ def time_client(
     extrapolate to the model's epochs (see the module docstring).
     """
     from fedstrata.algorithms.deep.network import initial_parameters
+    from fedstrata.algorithms.deep.rounds import train_round
     from fedstrata.algorithms.deep.server import initial_state
     from fedstrata.algorithms.deep.training import DeepClient
 
@@ -167,16 +168,16 @@ def time_client(
 
     if full:
         pre = best_of(lambda: client.pretrain(init, seed=2), repeats)
-        rnd = best_of(lambda: with_epochs().train_round(globals_, seed=3), repeats)
+        rnd = best_of(lambda: train_round(with_epochs(), globals_, seed=3), repeats)
     else:
         one = with_epochs(pretrain_epochs=1)
         pre = model.pretrain_epochs * best_of(lambda: one.pretrain(init, seed=2), repeats)
         local = with_epochs(local_epochs=1, copy_epochs=0)
-        t_local = best_of(lambda: local.train_round(globals_, seed=3), repeats)
+        t_local = best_of(lambda: train_round(local, globals_, seed=3), repeats)
         rnd = model.local_epochs * t_local
         if copies:
             both = with_epochs(local_epochs=1, copy_epochs=1)
-            t_both = best_of(lambda: both.train_round(globals_, seed=3), repeats)
+            t_both = best_of(lambda: train_round(both, globals_, seed=3), repeats)
             rnd += model.copy_epochs * max(t_both - t_local, 0.0)
     emb = best_of(lambda: client.embed(globals_), repeats)
     return {"pretrain": pre, "round": rnd, "embed": emb}

@@ -45,9 +45,9 @@ import numpy as np
 
 from fedstrata.analysis.metrics import ari, clustering_accuracy, nmi
 from fedstrata.scenarios.loader import load_scenario
-from fedstrata.scenarios.preflight import prepare_data
 from fedstrata.scenarios.run import simulate
 from fedstrata.scenarios.schema import Scenario
+from fedstrata.scenarios.wiring import prepare_data
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT / "scenarios" / "papers"

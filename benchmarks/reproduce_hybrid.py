@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from fedstrata.scenarios.loader import load_scenario
-from fedstrata.scenarios.preflight import prepare_data
 from fedstrata.scenarios.run import simulate
+from fedstrata.scenarios.wiring import prepare_data
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT / "scenarios" / "papers"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from fedstrata.version import __version__
 
 #: Names of :mod:`fedstrata.api` available as ``fedstrata.<name>``.
 _API = ("NotARecordError", "Run", "StudyResult", "SweepResult", "load", "run", "study", "sweep")

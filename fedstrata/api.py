@@ -136,7 +136,7 @@ def _apply_overrides(
     Deep merging is the study files' (mappings merge, a list or a value replaces);
     a dotted key is set as ``fedstrata sweep --grid`` sets it.
     """
-    from fedstrata.scenarios.study import _merge
+    from fedstrata.scenarios.loader import merge_documents as _merge
     from fedstrata.scenarios.sweep import GridError, _override
 
     merged = _merge(data, dict(keyword)) if keyword else copy.deepcopy(data)

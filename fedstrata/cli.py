@@ -231,8 +231,8 @@ def validate(
     files: list[Path] = typer.Argument(..., metavar="SCENARIO...", help="Scenario files."),
 ) -> None:
     """Check scenario files as run would; print one line per problem, exit 1 if any."""
+    from fedstrata.scenarios.advice import scenario_warnings
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
-    from fedstrata.scenarios.preflight import scenario_warnings
 
     bad = 0
     for f in files:
@@ -729,7 +729,7 @@ def keys(
 
     from fedstrata.privacy.signing import NodeKeys
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
-    from fedstrata.scenarios.preflight import wire_topology
+    from fedstrata.scenarios.wiring import wire_topology
 
     try:
         sc = load_scenario(scenario, preflight=False)
@@ -819,7 +819,7 @@ def broker_config(
     cloud_id = None
     if scenario is not None:
         from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
-        from fedstrata.scenarios.preflight import wire_topology
+        from fedstrata.scenarios.wiring import wire_topology
 
         try:
             sc = load_scenario(scenario)

@@ -155,7 +155,7 @@ def _wiring(scenario: Path | None) -> tuple[list[tuple[str, list[str]]], dict[st
         return None
     try:
         from fedstrata.scenarios.loader import load_scenario
-        from fedstrata.scenarios.preflight import wire_topology
+        from fedstrata.scenarios.wiring import wire_topology
 
         sc = load_scenario(scenario, preflight=False)
         w = wire_topology(sc)

@@ -4,7 +4,7 @@
 from one dataset. A device builds only its own node and holds only its own data;
 :func:`build_node` gives that node the same configuration the simulator would: the
 clustering model (:func:`~fedstrata.scenarios.build.model_of`), the protocol settings,
-the wiring (:func:`~fedstrata.scenarios.preflight.wire_topology`), each tier's
+the wiring (:func:`~fedstrata.scenarios.wiring.wire_topology`), each tier's
 deadline and period, and a client's random seed, drawn from
 ``numpy.random.default_rng([seed, 2, j])`` for client ``client-j``. So a deployment
 whose clients hold the simulator's data split computes the simulator's model.

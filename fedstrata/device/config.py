@@ -71,6 +71,7 @@ from fedstrata.device.build import DeviceNode, Role, build_node
 from fedstrata.device.data import DataFileError, read_view
 from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.nodes.sealing import Seal, load_roster
+from fedstrata.plugins.spec import needs_dims
 from fedstrata.privacy.signing import NodeKeys
 from fedstrata.scenarios.loader import (
     _compose,
@@ -80,7 +81,6 @@ from fedstrata.scenarios.loader import (
     _read,
     load_scenario,
 )
-from fedstrata.plugins.spec import needs_dims
 from fedstrata.scenarios.schema import (
     MAX_SECONDS,
     Ident,
@@ -442,7 +442,7 @@ def _scenario_root(sc_file: Path) -> yaml.Node | None:
 
 
 def _dataset_dims(sc: Scenario) -> tuple[int, ...]:
-    from fedstrata.scenarios.preflight import scenario_dataset
+    from fedstrata.scenarios.wiring import scenario_dataset
 
     ds = scenario_dataset(sc)  # data.files or a built-in dataset
     return tuple(int(X.shape[1]) for X in ds.views)
@@ -559,7 +559,7 @@ def _load(p: Path, file: str) -> NodeConfig:
 
     # the scenario as a node runs it: the algorithm, the wiring, this node
     from fedstrata.scenarios.build import model_of
-    from fedstrata.scenarios.preflight import wire_topology
+    from fedstrata.scenarios.wiring import wire_topology
 
     sc_problems: list[ScenarioError] = []
     # the tensor and deep families' models need the feature counts: checked below, once known

@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstrata import __version__
+from fedstrata.version import __version__
 from fedstrata.analysis.records import (
     aggregate_row,
     write_labels,

@@ -112,7 +112,9 @@ class DeepLearner(ScaledViewsLearner):
                 uploads, loss = client.pretrain(state["groups"]["all"], seed)
                 flops = self._flops(model.pretrain_epochs)
             else:
-                uploads, loss = client.train_round(state["groups"], seed)
+                from fedstrata.algorithms.deep.rounds import train_round
+
+                uploads, loss = train_round(client, state["groups"], seed)
                 flops = self._flops(model.local_epochs) + self._flops(
                     model.copy_epochs, len(uploads) - 1
                 )

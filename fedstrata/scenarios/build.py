@@ -25,13 +25,13 @@ from fedstrata.plugins.messages import Shape
 from fedstrata.plugins.spec import BuildInput, plugin_for
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.node_builder import NodeBuilder, node_timing  # noqa: F401 (re-exported)
-from fedstrata.scenarios.preflight import prepare_data, split_samples, wire_topology
 from fedstrata.scenarios.schema import (
     LatencySpec,
     LinkSpec,
     Scenario,
     clip,
 )
+from fedstrata.scenarios.wiring import prepare_data, split_samples, wire_topology
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Constant, Empirical, LatencyModel, Link, LogNormal, Normal, Pareto
 
@@ -146,7 +146,7 @@ def model_of(sc: Scenario, dims: Sequence[int] | None = None, n_samples: int | N
 def split_data(sc: Scenario, ds: MultiViewDataset) -> list[np.ndarray]:
     """Sample indices of each client, by the scenario's partition.
 
-    See :func:`fedstrata.scenarios.preflight.split_samples`: every client gets at least
+    See :func:`fedstrata.scenarios.wiring.split_samples`: every client gets at least
     one sample, or a :class:`~fedstrata.errors.ScenarioError` names the field to change.
     """
     return split_samples(sc, ds)

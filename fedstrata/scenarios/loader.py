@@ -18,6 +18,7 @@ Numbers such as ``1e-6`` are floats (YAML 1.2), not strings.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import stat
@@ -31,7 +32,6 @@ from pydantic import ValidationError as PydanticValidationError
 from fedstrata.errors import ScenarioError
 from fedstrata.scenarios.preflight import preflight as run_preflight
 from fedstrata.scenarios.schema import Scenario, ScenarioErrors, clip, describe_error, show
-from fedstrata.scenarios.study import _merge
 
 __all__ = [
     "MAX_DEPTH",
@@ -575,8 +575,21 @@ MAX_EXTENDS = 16
 """Longest chain of ``extends`` (a file extending a file extending ...)."""
 
 
+def merge_documents(base: Any, over: Any) -> Any:
+    """``over`` merged into ``base``: mappings key by key (deeply), anything else replaced.
+
+    How ``extends:`` and a study's variants override a scenario document.
+    """
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = merge_documents(base.get(k), v) if k in base else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(over)
+
+
 def _merge_nodes(base: yaml.Node, over: yaml.Node) -> yaml.Node:
-    """The node tree of ``_merge(base data, over data)``: each node keeps its file's mark."""
+    """The node tree of ``merge_documents(base data, over data)``, marks kept per file."""
     if not (isinstance(base, yaml.MappingNode) and isinstance(over, yaml.MappingNode)):
         return over
     pairs = list(base.value)
@@ -656,7 +669,7 @@ def _compose_extending(
         root.end_mark,
     )
     merged = _merge_nodes(base_root, own)
-    return _merge(base_data, data), merged, [*problems, *base_problems], [file, *files]
+    return merge_documents(base_data, data), merged, [*problems, *base_problems], [file, *files]
 
 
 def _by_file(errors: list[ScenarioError], files: list[str]) -> list[ScenarioError]:

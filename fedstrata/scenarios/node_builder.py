@@ -27,8 +27,8 @@ from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.decoding import SharedDecoder
 from fedstrata.nodes.sealing import Seal
 from fedstrata.plugins.messages import Shape
-from fedstrata.scenarios.preflight import Wiring, wire_topology
 from fedstrata.scenarios.schema import Scenario
+from fedstrata.scenarios.wiring import Wiring, wire_topology
 
 __all__ = ["NodeBuilder", "client_seed", "node_timing"]
 
@@ -79,7 +79,7 @@ class NodeBuilder:
     protocol
         The protocol settings, with the run id as their ``run``.
     wiring
-        Who reports to whom (:func:`~fedstrata.scenarios.preflight.wire_topology`).
+        Who reports to whom (:func:`~fedstrata.scenarios.wiring.wire_topology`).
     """
 
     scenario: Scenario

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstrata import __version__
+from fedstrata.version import __version__
 from fedstrata.analysis.records import (
     RecordStage,
     plot_rounds,

@@ -78,10 +78,10 @@ from fedstrata.scenarios.mqtt_nodes import (
     run_share,
 )
 from fedstrata.scenarios.orchestrate import Run
-from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.run import _rounds_bar, write_run
 from fedstrata.scenarios.schema import Scenario
 from fedstrata.scenarios.summary import RunResult, outcome_of, warning_lines
+from fedstrata.scenarios.wiring import wire_topology
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

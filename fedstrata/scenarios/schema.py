@@ -1024,8 +1024,7 @@ def _refuse_protocol(
             "protocol.kind",
             caps.reason(
                 "protocol_kind",
-                f"{name} runs with kind {_choices(list(caps.protocol_kinds))} only, not "
-                f"{p.kind!r}",
+                f"{name} runs with kind {_choices(list(caps.protocol_kinds))} only, not {p.kind!r}",
                 name=name,
                 value=p.kind,
             ),

@@ -21,7 +21,6 @@ against time and against bytes, first seed of each variant).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Callable
@@ -33,6 +32,7 @@ import numpy as np
 import yaml
 
 from fedstrata.errors import ScenarioError
+from fedstrata.scenarios.loader import load_scenario, merge_documents, parse_scenario
 from fedstrata.scenarios.schema import Scenario, ScenarioErrors
 
 __all__ = ["STUDY_COLUMNS", "Study", "load_study", "run_study", "study_from_data"]
@@ -62,15 +62,6 @@ class Study:
     variants: dict[str, Scenario]
     seeds: tuple[int, ...]
     target_ari: float
-
-
-def _merge(base: Any, over: Any) -> Any:
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = _merge(base.get(k), v) if k in base else copy.deepcopy(v)
-        return out
-    return copy.deepcopy(over)
 
 
 def _study_errors(section: Any, file: str) -> tuple[dict[str, Any], list[int] | None, float]:
@@ -113,8 +104,6 @@ def load_study(path: str | Path, *, preflight: bool = True) -> Study:
         With the problems found; a variant's are prefixed by ``variant <name>``.
 
     """
-    from fedstrata.scenarios.loader import load_scenario
-
     file = str(path)
     p = Path(path)
     try:
@@ -134,8 +123,6 @@ def study_from_data(
     ``file`` names the study in messages; relative paths in ``data`` are read from
     ``base_dir``. ``data`` is not modified. Raises as :func:`load_study`.
     """
-    from fedstrata.scenarios.loader import parse_scenario
-
     if not isinstance(data, dict) or "study" not in data:
         raise ScenarioErrors(
             [ScenarioError("a study file needs a top-level study section", file=file)]
@@ -147,7 +134,7 @@ def study_from_data(
     out: dict[str, Scenario] = {}
     errors: list[ScenarioError] = []
     for name, over in variants.items():
-        merged = _merge(data, over or {})
+        merged = merge_documents(data, over or {})
         try:
             sc = parse_scenario(
                 yaml.safe_dump(merged, sort_keys=False), file=file, base_dir=base_dir

@@ -27,9 +27,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from fedstrata.broker.endpoint import Endpoint
 from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.scenarios.loader import load_scenario
-from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.run import simulate
 from fedstrata.scenarios.run_mqtt import mqtt_run
+from fedstrata.scenarios.wiring import wire_topology
 from tests.broker.conftest import _need_mosquitto, need_tool
 from tests.broker.test_tls_acl import _certificate, _write, make_pki
 

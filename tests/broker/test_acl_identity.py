@@ -41,9 +41,9 @@ from fedstrata.nodes.config import Address
 from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes
 from fedstrata.privacy.signing import AuthenticationError, NodeKeys, sign
 from fedstrata.scenarios.loader import load_scenario
-from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.run import simulate
 from fedstrata.scenarios.run_mqtt import mqtt_run
+from fedstrata.scenarios.wiring import wire_topology
 from tests.broker.conftest import _need_mosquitto, need_tool
 
 pytestmark = pytest.mark.broker

@@ -18,9 +18,9 @@ import pytest
 
 from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.scenarios.loader import load_scenario
-from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.run import simulate
 from fedstrata.scenarios.run_mqtt import mqtt_run
+from fedstrata.scenarios.wiring import wire_topology
 from tests.broker.conftest import _need_mosquitto
 
 pytestmark = pytest.mark.broker

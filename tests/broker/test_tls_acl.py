@@ -45,9 +45,9 @@ from fedstrata.broker.launcher import PrivateBroker
 from fedstrata.broker.runner import probe_broker
 from fedstrata.errors import TransportError
 from fedstrata.scenarios.loader import load_scenario
-from fedstrata.scenarios.preflight import wire_topology
 from fedstrata.scenarios.run import simulate
 from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt
+from fedstrata.scenarios.wiring import wire_topology
 from tests.broker.conftest import _need_mosquitto
 from tests.broker.conftest import need_tool as _tool
 

@@ -9,6 +9,7 @@ require("torch")
 
 
 from fedstrata.algorithms.deep import DeepModel  # noqa: E402  (after the extra check)
+from fedstrata.algorithms.deep.rounds import train_round  # noqa: E402  (after the extra check)
 from fedstrata.errors import WireError  # noqa: E402  (after the extra check)
 from fedstrata.nodes.config import ProtocolConfig  # noqa: E402  (after the extra check)
 from fedstrata.plugins.deep import DeepAlgorithm  # noqa: E402  (after the extra check)
@@ -116,7 +117,7 @@ def test_a_training_round_averages_the_uploads_by_their_weights():
     assert len({g.tobytes() for g in state["groups"].values()}) == 1
     body = alg.model_body(state, extras)
     uploads = [
-        lr._client.train_round(state["groups"], seed)[0]
+        train_round(lr._client, state["groups"], seed)[0]
         for lr, seed in zip(learners, [11, 12, 13, 14], strict=True)
     ]
     partials = []

@@ -17,7 +17,7 @@ from fedstrata.errors import ScenarioError
 from fedstrata.scenarios.build import build_federation
 from fedstrata.scenarios.datasets import DATASETS, dataset_size, load_dataset
 from fedstrata.scenarios.loader import MAX_ERRORS, ScenarioErrors, load_scenario, parse_scenario
-from fedstrata.scenarios.preflight import prepare_data
+from fedstrata.scenarios.wiring import prepare_data
 
 ROOT = Path(__file__).resolve().parents[2]
 

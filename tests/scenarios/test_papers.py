@@ -163,7 +163,7 @@ def test_hybrid_and_fed_mvkm_files_are_present():
 )
 def test_hybrid_populations_have_the_stated_client_mix(stem, full, partial, single):
     from fedstrata.scenarios.loader import load_scenario
-    from fedstrata.scenarios.preflight import prepare_data
+    from fedstrata.scenarios.wiring import prepare_data
 
     path = next(p for p in PAPERS if p.stem == stem)
     held = prepare_data(load_scenario(path)).held

@@ -155,16 +155,6 @@ class DeepClient:
             loss = train(net, self.xs, self.model.pretrain_epochs, self.model, gen, loss_of)
             return [Upload("all", flat_parameters(net), float(self.n_samples))], loss
 
-    def train_round(self, globals_: dict[str, np.ndarray], seed: int) -> tuple[list[Upload], float]:
-        """One training round of the client's method from the global models."""
-        from fedstrata.algorithms.deep.efd_mvc import efd_mvc_round
-        from fedstrata.algorithms.deep.fmcsc import fmcsc_round
-
-        round_of = fmcsc_round if self.model.method == "fmcsc" else efd_mvc_round
-        with deterministic():
-            gen = torch.Generator().manual_seed(seed)
-            return round_of(self, globals_, gen)
-
     def embed(self, globals_: dict[str, np.ndarray]) -> np.ndarray:
         """The fused features (float64, n × latent) under the client's global model."""
         group = embedding_group(self.model, self.view_ids)

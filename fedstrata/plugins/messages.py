@@ -415,7 +415,7 @@ def decompress_partial(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
     mode = read_choice(body, "mode", tuple(COMPRESSED_FIELDS))
     H = shape.n_views
     cd = [(shape.n_clusters, d) for d in shape.dims]
-    expected = {
+    expected: dict[str, Any] = {
         "num": cd,
         "den": cd,
         "wcenters": cd,
@@ -449,7 +449,7 @@ def decompress_partial(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
                     for h, (v, w) in enumerate(zip(value, want, strict=True))
                 ]
             else:
-                out[key] = one(d.get(key), f"{where}{key}", want, False)  # type: ignore[arg-type]
+                out[key] = one(d.get(key), f"{where}{key}", want, False)
         return out
 
     if mode == "items":

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from fedstrata.algorithms.multiview import (  # the private helpers: see lean_st
     MultiViewModel,
     PreparedViews,
     State,
+    Stats,
     _paper_sums,
     _sum_products,
     _weighted_sums,
@@ -148,8 +149,15 @@ class GlobalModel:
         return got
 
 
-def _is_f64(a: Any, shape: tuple[int, ...]) -> bool:
+def _is_f64(a: Any, shape: tuple[int, ...]) -> TypeGuard[np.ndarray]:
     return type(a) is np.ndarray and a.dtype == _F64 and a.shape == shape
+
+
+def _memberships(stats: Stats) -> np.ndarray:
+    """The memberships of a client's statistics (local_statistics always computes them)."""
+    if stats.memberships is None:
+        raise NodeProtocolError("the client statistics carry no memberships")
+    return stats.memberships[0]
 
 
 def _model_key(body: dict[str, Any], shape: Shape) -> bytes | None:
@@ -473,7 +481,7 @@ class MultiViewLearner(Learner):
         a = self.algorithm
         glob = read_global(body, a.shape, a.models)
         pv = self.prepared()
-        U = local_statistics(pv, glob, a.model).memberships[0]
+        U = _memberships(local_statistics(pv, glob, a.model))
         result: dict[str, Any] = {"labels": U.argmax(axis=1), "memberships": np.array(U)}
         iters = 1
         p = a.protocol
@@ -486,7 +494,7 @@ class MultiViewLearner(Learner):
             personal = personalize(glob, local, gamma, rho)
             if glob.view_scale is not None:
                 personal = personal.with_scale(glob.view_scale)
-            Up = local_statistics(pv, personal, a.model).memberships[0]
+            Up = _memberships(local_statistics(pv, personal, a.model))
             result["personal_labels"] = Up.argmax(axis=1)
             result["personal_state"] = personal.take(0)
             result["personal_mixing"] = (gamma, rho)

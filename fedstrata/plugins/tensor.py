@@ -160,9 +160,10 @@ class TensorAlgorithm(SharedSetupRound, Algorithm):
         self, merged: dict[str, Any], state: Any | None
     ) -> tuple[Any | None, dict[str, Any], bool]:
         """The pooled ranges as extras; the first model from the scaled candidates."""
-        refs = read_references(merged, self.shape)
+        found = read_references(merged, self.shape)
         extras = {"refs": merged["refs"]}
-        complete = not any(r is None for r in refs)
+        refs = [r for r in found if r is not None]
+        complete = len(refs) == len(found)
         if complete and state is None and len(merged.get("init_w", ())) == self.shape.n_clusters:
             centers = scale_with_ranges(merged["init"], refs)
             state = initial_global(self.model, centers)

@@ -275,10 +275,10 @@ class StalenessBuffer:
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ValidationError(f"k must be an int >= 1, got {k!r}")
         _params(kind, a, b)  # fail at construction, not at the first add
-        self._k = int(k)
-        self._kind = kind
-        self._a = a
-        self._b = b
+        self._k: int = int(k)
+        self._kind: str = kind
+        self._a: float | None = a
+        self._b: float | None = b
         self._reset()
 
     def _reset(self) -> None:

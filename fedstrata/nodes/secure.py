@@ -202,7 +202,8 @@ class SecureCollection:
 
     def count(self, message: Mapping[str, Any], nbytes: int) -> None:
         """Add a session message's bytes to its step (:data:`STEPS`)."""
-        self.bytes[_STEP_OF.get(message.get("type"), "keys")] += nbytes
+        kind = message.get("type")
+        self.bytes[_STEP_OF.get(kind, "keys") if isinstance(kind, str) else "keys"] += nbytes
 
     @property
     def complete(self) -> bool:

@@ -7,7 +7,6 @@ simulator's and the MQTT runner's builders, ``fedstrata node``) imports it first
 
 from __future__ import annotations
 
-import fedstrata.plugins  # noqa: F401  (registers the built-in algorithm families)
 from fedstrata.plugins.deep_spec import DEEP
 from fedstrata.plugins.multiview_spec import MULTIVIEW
 from fedstrata.plugins.spec import register_algorithm_plugin
@@ -23,7 +22,7 @@ register_kind(ASYNC)
 register_kind(BUFFERED)
 register_kind(ADAPTIVE)
 
-# algorithm plug-ins' declarations (schema, capabilities, model); the first is the default
+# algorithm plug-ins (declaration and node-side factory); the first is the default
 register_algorithm_plugin(MULTIVIEW)
 register_algorithm_plugin(TENSOR)
 register_algorithm_plugin(DEEP)

@@ -40,6 +40,7 @@ __all__ = [
     "Step",
     "algorithm_for",
     "register_algorithm",
+    "unregister_algorithm",
 ]
 
 
@@ -268,6 +269,11 @@ _FACTORIES: list[tuple[type, Factory]] = []
 def register_algorithm(model_type: type, factory: Factory) -> None:
     """Make :func:`algorithm_for` build ``factory(model, protocol, shape)`` for ``model_type``."""
     _FACTORIES.insert(0, (model_type, factory))
+
+
+def unregister_algorithm(model_type: type) -> None:
+    """Forget the factories registered for ``model_type`` (a test's plug-in, when it ends)."""
+    _FACTORIES[:] = [(t, f) for t, f in _FACTORIES if t is not model_type]
 
 
 def algorithm_for(model: Any, protocol: Any, shape: Any) -> Algorithm:

@@ -20,6 +20,7 @@ from pydantic import Field
 from fedstrata.algorithms import deep as _deep
 from fedstrata.algorithms.deep.config import DeepModel
 from fedstrata.errors import ScenarioError, ValidationError
+from fedstrata.plugins.deep import deep_algorithm
 from fedstrata.plugins.spec import (
     AlgorithmPlugin,
     AlgorithmSettings,
@@ -163,6 +164,8 @@ DEEP = AlgorithmPlugin(
     family="deep hybrid-view",
     settings=(FmcscSettings, EfdMvcSettings),
     build=build,
+    model_type=DeepModel,
+    factory=deep_algorithm,
     needs_dims=True,
     capabilities=Capabilities(
         additive=False,

@@ -12,7 +12,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ScenarioError
+from fedstrata.plugins.multiview import multiview_algorithm
 from fedstrata.plugins.spec import AlgorithmPlugin, AlgorithmSettings, BuildInput, Capabilities
 from fedstrata.settings import ScenarioErrors
 
@@ -183,6 +185,8 @@ MULTIVIEW = AlgorithmPlugin(
     family="multi-view",
     settings=(HkMvfcSettings, MvfcmSettings, MvkmEdSettings),
     build=build,
+    model_type=MultiViewModel,
+    factory=multiview_algorithm,
     capabilities={"hk-mvfc": _FULL, "mvfcm": _FULL, "mvkm-ed": _MVKM_ED},
     model_arrays=model_arrays,
     refusals=dict.fromkeys(

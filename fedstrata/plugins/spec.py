@@ -28,6 +28,7 @@ from pydantic import Field
 from pydantic.json_schema import GetJsonSchemaHandler, JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from fedstrata.nodes.algorithm import register_algorithm, unregister_algorithm
 from fedstrata.settings import MAX_CLUSTERS, Strict
 
 __all__ = [
@@ -185,12 +186,17 @@ class AlgorithmPlugin:
     refusal text (``{name}`` and ``{key}`` placeholders) instead of "is for ... only".
     ``estimators``: per name, the centralised estimator ``fedstrata cluster`` fits
     (``"module:Class"``) and the ``cluster`` options it takes; a name without one runs
-    only as a federation.
+    only as a federation. ``model_type`` and ``factory``: the node side, the type
+    ``build`` returns and ``factory(model, protocol, shape) -> Algorithm``
+    (:func:`~fedstrata.nodes.algorithm.register_algorithm`), registered with the
+    declaration by :func:`register_algorithm_plugin`.
     """
 
     family: str
     settings: tuple[type[AlgorithmSettings], ...]
     build: Callable[[BuildInput], Any]
+    model_type: type
+    factory: Callable[[Any, Any, Any], Any]
     capabilities: Capabilities | Mapping[str, Capabilities] = Capabilities()
     needs_dims: bool = False
     model_arrays: Callable[[Any], dict[str, Any]] = lambda _model: {}
@@ -220,7 +226,10 @@ _PLUGINS: list[AlgorithmPlugin] = []
 
 
 def register_algorithm_plugin(plugin: AlgorithmPlugin) -> None:
-    """Register a plug-in's declaration (the composition root does, or a test).
+    """Register a plug-in: its declaration and its node-side factory (one call).
+
+    The composition root (:mod:`fedstrata.registry`) registers the built-in families;
+    a test or an outside package registers its own the same way.
 
     Raises
     ------
@@ -237,11 +246,13 @@ def register_algorithm_plugin(plugin: AlgorithmPlugin) -> None:
     if clash:
         raise ValueError(f"algorithm names already registered: {', '.join(clash)}")
     _PLUGINS.append(plugin)
+    register_algorithm(plugin.model_type, plugin.factory)
 
 
 def unregister_algorithm_plugin(plugin: AlgorithmPlugin) -> None:
-    """Remove a registered declaration (a test's plug-in, when the test ends)."""
+    """Remove a registered plug-in, both sides (a test's plug-in, when the test ends)."""
     _PLUGINS.remove(plugin)
+    unregister_algorithm(plugin.model_type)
 
 
 def algorithm_plugins() -> tuple[AlgorithmPlugin, ...]:

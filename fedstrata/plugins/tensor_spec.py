@@ -14,7 +14,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedstrata.algorithms.tensor.model import TensorModel
 from fedstrata.errors import FedstrataError, ScenarioError
+from fedstrata.nodes.algorithm import Algorithm
 from fedstrata.plugins.spec import AlgorithmPlugin, AlgorithmSettings, BuildInput, Capabilities
 from fedstrata.settings import ScenarioErrors
 
@@ -148,10 +150,20 @@ def model_arrays(model: Any) -> dict[str, Any]:
 
 _SUMS = "its clients send pre-weighted sums; the server rule is the paper's"
 
+
+def _tensor_algorithm(model: TensorModel, protocol: Any, shape: Any) -> Algorithm:
+    """The tensor family's node-side plug-in (its module loads on first use)."""
+    from fedstrata.plugins.tensor import tensor_algorithm
+
+    return tensor_algorithm(model, protocol, shape)
+
+
 TENSOR = AlgorithmPlugin(
     family="tensor",
     settings=(EFkmvcSettings, FedHkParafac2Settings, FedHkTuckerSettings, FedHkMvcPersonSettings),
     build=build,
+    model_type=TensorModel,
+    factory=_tensor_algorithm,
     needs_dims=True,
     capabilities=Capabilities(
         rules=("sum",),

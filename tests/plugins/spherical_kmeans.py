@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from fedstrata.errors import WireError
-from fedstrata.nodes.algorithm import Algorithm, Learner, Step, register_algorithm
+from fedstrata.nodes.algorithm import Algorithm, Learner, Step
 from fedstrata.plugins.spec import (
     AlgorithmPlugin,
     AlgorithmSettings,
@@ -177,6 +177,8 @@ SPHERICAL = AlgorithmPlugin(
     family="test",
     settings=(SphericalSettings,),
     build=_build,
+    model_type=SphericalModel,
+    factory=SphericalKMeans,
     needs_dims=True,
     capabilities=Capabilities(rules=("sum",), protocol_kinds=("sync",)),
     model_arrays=lambda model: {"balance": np.str_(model.balance)},
@@ -185,6 +187,6 @@ SPHERICAL = AlgorithmPlugin(
 
 
 def register() -> None:
-    """What a composition root would do: one declaration, one node-side factory."""
+    """What a composition root would do: one line registers the declaration and its
+    node-side factory."""
     register_algorithm_plugin(SPHERICAL)
-    register_algorithm(SphericalModel, SphericalKMeans)

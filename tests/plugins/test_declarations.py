@@ -60,10 +60,18 @@ def test_a_name_can_be_registered_once():
 
         name: str = "anything"
 
-    twin = AlgorithmPlugin(family="twin", settings=(Twin,), build=lambda inp: None)
+    twin = AlgorithmPlugin(
+        family="twin", settings=(Twin,), build=lambda inp: None, model_type=Twin, factory=Twin
+    )
     with pytest.raises(ValueError, match="already registered: hk-mvfc"):
         register_algorithm_plugin(twin)
-    unnamed = AlgorithmPlugin(family="unnamed", settings=(Unnamed,), build=lambda inp: None)
+    unnamed = AlgorithmPlugin(
+        family="unnamed",
+        settings=(Unnamed,),
+        build=lambda inp: None,
+        model_type=Unnamed,
+        factory=Unnamed,
+    )
     with pytest.raises(ValueError, match="settings without a name"):
         register_algorithm_plugin(unnamed)
     assert all(p.family not in ("twin", "unnamed") for p in algorithm_plugins())

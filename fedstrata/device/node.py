@@ -68,7 +68,6 @@ from typing import Any
 
 import numpy as np
 
-from fedstrata.version import __version__
 from fedstrata.analysis.records import (
     aggregate_row,
     write_labels,
@@ -86,6 +85,7 @@ from fedstrata.nodes.algorithm import Algorithm
 from fedstrata.plugins.spec import model_arrays_of
 from fedstrata.scenarios.build import model_of
 from fedstrata.scenarios.mqtt_nodes import idle_timeout_s, parent_topics
+from fedstrata.version import __version__
 
 __all__ = [
     "EXIT_CODES",

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from fedstrata.version import __version__
 from fedstrata.analysis.records import (
     RecordStage,
     plot_rounds,
@@ -50,6 +49,7 @@ from fedstrata.scenarios.summary import (
 )
 from fedstrata.sim.log import check_invariants
 from fedstrata.sim.state import Status
+from fedstrata.version import __version__
 
 __all__ = [
     "CLIENT_COLUMNS",

@@ -63,21 +63,17 @@ objects carrying their own dotted path; several of them travel together as
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BeforeValidator,
-    ConfigDict,
     Field,
     SerializeAsAny,
-    TypeAdapter,
     ValidationInfo,
     WrapValidator,
     field_validator,
@@ -88,7 +84,12 @@ from pydantic import ValidationError as PydanticValidationError
 import fedstrata.registry  # noqa: F401  (the composition root registers the plug-ins)
 from fedstrata.errors import ScenarioError
 from fedstrata.plugins.spec import AlgorithmSettings, Capabilities, plugin_for, settings_models
-from fedstrata.scenarios.datasets import DATASETS
+from fedstrata.scenarios.data_schema import (
+    DATASET_PARAM_BOUNDS,
+    MAX_SAMPLES,
+    DataSpec,
+    PartitionSpec,
+)
 from fedstrata.scenarios.fields import (
     MAX_LOCAL_ITERS,
     MAX_ROUNDS,
@@ -99,7 +100,7 @@ from fedstrata.scenarios.fields import (
     unit_schema,
 )
 from fedstrata.scenarios.protocol_schema import CompressionSpec, ProtocolSpec
-from fedstrata.scenarios.show import clip, show
+from fedstrata.scenarios.show import clip, describe_error, show, show_number
 from fedstrata.scenarios.units import to_mbps, to_seconds
 from fedstrata.settings import MAX_CLUSTERS, ScenarioErrors, Strict, and_list
 
@@ -149,8 +150,6 @@ MAX_TIER_NODES = 100_000
 """Largest ``count`` of a middle tier."""
 MAX_TIERS = 16
 """Most middle tiers under ``topology.tiers``."""
-MAX_SAMPLES = 2_000_000
-"""Most samples a scenario's dataset may have (``data.params`` are bounded to keep it)."""
 MAX_TRACE_BYTES = 16 * 1024 * 1024
 """Largest latency trace file (``dist: empirical``) read, in bytes."""
 SEED_LIMIT = 2**32
@@ -159,11 +158,6 @@ ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 """Scenario name, cloud id and tier names: MQTT topic levels usable as node ids."""
 RESERVED_TIER_NAMES = frozenset({"cloud", "edge", "client"})
 """Tier names taken by the cloud, the edge tier and the client ids ``client-N``."""
-
-DATASET_PARAM_BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
-    "heat-kernel-synthetic": {"n_per_cluster": (1, MAX_SAMPLES // 4)},
-}
-"""Inclusive integer ranges of dataset parameters (``data.params``), by dataset."""
 
 _ID = re.compile(ID_PATTERN)
 
@@ -178,82 +172,6 @@ Mbps = Annotated[
 """Mbit/s in ``[1e-9, 1e9]``; also ``5Mbps``, ``100kbps``, ``1Gbps``."""
 Speed = Annotated[float, Field(gt=0.0, le=1e6, description="GFLOP/s, (0, 1e6]")]
 Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT, description="0 <= seed < 2**32")]
-
-
-# ------------------------------------------------------------------------------ messages
-
-
-def _num(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
-        return str(int(value))
-    return show(value)
-
-
-_PLAIN = {
-    "int_type": "must be an integer",
-    "int_from_float": "must be an integer",
-    "int_parsing": "must be an integer",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be a finite number",
-    "string_type": "must be a string",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "list_type": "must be a list",
-    "dict_type": "must be a mapping",
-    "model_type": "must be a mapping",
-    "model_attributes_type": "must be a mapping",
-}
-_BOUND = {
-    "greater_than": (">", "gt"),
-    "greater_than_equal": (">=", "ge"),
-    "less_than": ("<", "lt"),
-    "less_than_equal": ("<=", "le"),
-}
-
-
-def describe_error(err: dict[str, Any]) -> str:
-    """Turn one pydantic error into a reason a user can act on.
-
-    Parameters
-    ----------
-    err
-        An entry of :meth:`pydantic.ValidationError.errors`.
-
-    Returns
-    -------
-    str
-        For example ``must be an integer, got true`` or ``must be <= 100000, got
-        250000``; inputs are rendered with :func:`show`.
-
-    """
-    kind = str(err.get("type", ""))
-    ctx = err.get("ctx") or {}
-    got = show(err.get("input"))
-    if kind == "extra_forbidden":
-        return "unknown key"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "invalid_key":
-        return f"not a valid key (keys are names), got {got}"
-    if kind in ("model_type", "dict_type") and err.get("input") is None:
-        return "has no value; give it a mapping of settings or remove the key"
-    if kind in _PLAIN:
-        return f"{_PLAIN[kind]}, got {got}"
-    if kind in _BOUND:
-        op, key = _BOUND[kind]
-        return f"must be {op} {_num(ctx.get(key))}, got {got}"
-    if kind == "literal_error":
-        return f"must be {ctx.get('expected')}, got {got}"
-    if kind == "too_short":
-        if ctx.get("min_length") == 1:
-            return "must not be empty"
-        return f"must have at least {ctx.get('min_length')} entries"
-    if kind == "too_long":
-        return f"must have at most {ctx.get('max_length')} entries"
-    msg = str(err.get("msg", "invalid value"))
-    msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    return clip(msg, 300) if kind in ("value_error", "assertion_error") else f"{msg}, got {got}"
 
 
 def _fail(path: str, reason: str) -> None:
@@ -443,261 +361,6 @@ class TopologySpec(_Strict):
     clients: ClientsSpec = ClientsSpec()
 
 
-# ------------------------------------------------------------------------------ data
-
-
-class PartitionSpec(_Strict):
-    """How samples are split over clients.
-
-    ``alpha`` (``0 < alpha <= 1e6``) is the Dirichlet concentration of ``dirichlet``
-    (required) and ``quantity`` (default 1); ``fractions`` (one per client, each > 0,
-    summing to 1) belong to ``stratified`` only. Every client must get at least one
-    sample.
-    """
-
-    kind: Literal["iid", "dirichlet", "quantity", "stratified", "paper"] = "iid"
-    alpha: Annotated[float, Field(gt=0.0, le=1e6)] | None = Field(None, description="(0, 1e6]")
-    fractions: list[Probability] | None = None
-
-    @model_validator(mode="after")
-    def _used(self) -> PartitionSpec:
-        errors = []
-        if self.alpha is not None and self.kind not in ("dirichlet", "quantity"):
-            errors.append(
-                ScenarioError(
-                    f"not used by kind {self.kind!r} (only dirichlet and quantity take alpha)",
-                    path="data.partition.alpha",
-                )
-            )
-        if self.fractions is not None and self.kind != "stratified":
-            errors.append(
-                ScenarioError(
-                    f"not used by kind {self.kind!r} (only stratified takes fractions)",
-                    path="data.partition.fractions",
-                )
-            )
-        if self.kind == "dirichlet" and self.alpha is None:
-            errors.append(
-                ScenarioError(
-                    "kind 'dirichlet' needs alpha (the concentration, > 0)",
-                    path="data.partition.alpha",
-                )
-            )
-        if errors:
-            raise ScenarioErrors(errors)
-        return self
-
-
-@cache
-def _param_adapter(dataset: str, param: str) -> TypeAdapter[Any] | None:
-    """A strict validator for one keyword of a dataset loader, from its signature."""
-    sig = inspect.signature(DATASETS[dataset], eval_str=True)
-    ann = sig.parameters[param].annotation
-    if ann is inspect.Parameter.empty:
-        return None
-    return TypeAdapter(ann, config=ConfigDict(strict=True, allow_inf_nan=False))
-
-
-def _dataset_params(dataset: str) -> dict[str, inspect.Parameter]:
-    sig = inspect.signature(DATASETS[dataset])
-    return {
-        k: p
-        for k, p in sig.parameters.items()
-        if k != "random_state"
-        and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    }
-
-
-MAX_VIEW_FILES = 64
-"""Most view files under ``data.files.views``."""
-
-
-class DataFile(_Strict):
-    """One data file: ``path`` and, for an ``.npz`` archive of several arrays, ``key``.
-
-    A relative ``path`` is read from the scenario file's folder. The formats are
-    those of ``fedstrata node`` (``.npz``, ``.csv``) and ``.parquet`` (with pyarrow).
-    """
-
-    path: str = Field(description="a .npz, .csv or .parquet file")
-    key: str | None = Field(None, description="the array of an .npz archive")
-
-
-class DataFilesSpec(_Strict):
-    """Your own data: one file per view and a label file, row ``i`` of each is sample ``i``.
-
-    Each item of ``views`` and ``labels`` is a path or ``{path, key}``. A view file
-    holds an ``(n_samples, n_features)`` table of finite numbers: ``.npz`` (``key``
-    names the array when the archive holds several), ``.csv`` (a header line is
-    skipped) or ``.parquet`` (every column a feature; needs pyarrow). The optional
-    label file holds one whole number per sample (an ``.npz`` array may be 1-D);
-    without it a run has no ACC/NMI/ARI and the label-based partitions (``dirichlet``,
-    ``stratified``, ``paper``) and ``protocol.personalization`` are refused. Every
-    file is read by ``fedstrata validate``, which names the file and where in it a
-    problem is.
-    """
-
-    views: Annotated[
-        list[str | DataFile],
-        Field(min_length=1, max_length=MAX_VIEW_FILES, description=f"1 .. {MAX_VIEW_FILES}"),
-    ]
-    labels: str | DataFile | None = None
-
-
-def _resolve(path: str, base: Path | None) -> Path:
-    p = Path(path)
-    return p if base is None or p.is_absolute() else base / p
-
-
-def _check_files(files: DataFilesSpec, base: Path | None) -> DataFilesSpec:
-    """Read every file of ``files``; return it with absolute paths, or raise located errors.
-
-    Errors are at ``data.files.views.<i>.path`` (``.key`` for a missing array,
-    without ``.path`` when the item is a bare path), ``data.files.labels...``.
-    """
-    from fedstrata.device.data import DataFileError
-    from fedstrata.scenarios.datasets import load_files
-
-    def item(entry: str | DataFile) -> tuple[str, str | None]:
-        return (entry, None) if isinstance(entry, str) else (entry.path, entry.key)
-
-    def where(prefix: str, entry: str | DataFile, field: str) -> str:
-        return prefix if isinstance(entry, str) else f"{prefix}.{field}"
-
-    entries = [("data.files.views." + str(i), e) for i, e in enumerate(files.views)]
-    if files.labels is not None:
-        entries.append(("data.files.labels", files.labels))
-    for prefix, entry in entries:
-        path, _ = item(entry)
-        if not path or "\x00" in path:
-            raise ScenarioErrors(
-                [
-                    ScenarioError(
-                        f"must be a file name, got {show(path)}", path=where(prefix, entry, "path")
-                    )
-                ]
-            )
-    resolved = [(str(_resolve(p, base)), k) for p, k in map(item, files.views)]
-    label_item = None
-    if files.labels is not None:
-        lp, lk = item(files.labels)
-        label_item = (str(_resolve(lp, base)), lk)
-    try:
-        load_files(resolved, label_item)
-    except DataFileError as exc:
-        h = getattr(exc, "view", None)
-        prefix, entry = entries[-1] if h is None else entries[h]
-        shown, _ = item(entry)
-        rel = ""  # where a relative path was looked for, when it was not found
-        if exc.reason == "does not exist" and base is not None and not Path(shown).is_absolute():
-            rel = " (relative to the scenario file)"
-        msg = f"{show(shown)}{rel} {exc.reason}" if exc.field == "path" else exc.reason
-        raise ScenarioErrors([ScenarioError(msg, path=where(prefix, entry, exc.field))]) from None
-
-    def absolute(entry: str | DataFile) -> str | DataFile:
-        path, key = item(entry)
-        full = str(_resolve(path, base).absolute())
-        return full if isinstance(entry, str) else DataFile(path=full, key=key)
-
-    return DataFilesSpec(
-        views=[absolute(e) for e in files.views],
-        labels=None if files.labels is None else absolute(files.labels),
-    )
-
-
-class DataSpec(_Strict):
-    """Dataset, its parameters, the partition and the hybrid view assignment.
-
-    ``dataset`` is a key of :data:`~fedstrata.scenarios.datasets.DATASETS`; ``params``
-    are keyword arguments of its loader, checked against the loader's signature and
-    types (``random_state`` comes from ``seed``) and against
-    :data:`DATASET_PARAM_BOUNDS` (``heat-kernel-synthetic``: ``n_per_cluster`` in
-    ``1 .. 500000``). ``files`` reads your own views and labels from files instead
-    (:class:`DataFilesSpec`; then neither ``dataset`` nor ``params`` is given); every
-    ``partition`` kind applies to them as to a built-in dataset. ``views`` gives the
-    shares of full-view (``all``, > 0), partial-view (``some``) and single-view
-    (``single``) clients, summing to 1.
-    """
-
-    dataset: str = "heat-kernel-synthetic"
-    params: dict[str, Any] = Field(default_factory=dict)
-    files: DataFilesSpec | None = None
-    partition: PartitionSpec = PartitionSpec()
-    views: dict[Literal["all", "some", "single"], Probability] | None = None
-
-    @field_validator("files")
-    @classmethod
-    def _read_files(cls, value: DataFilesSpec | None, info: ValidationInfo) -> DataFilesSpec | None:
-        if value is None:
-            return value
-        base = (info.context or {}).get("base_dir")
-        return _check_files(value, None if base is None else Path(base))
-
-    @field_validator("dataset")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in DATASETS:
-            raise ValueError(
-                f"unknown dataset {show(value)}; known datasets: {', '.join(sorted(DATASETS))}"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _params(self) -> DataSpec:
-        if self.files is not None:
-            clash = [k for k in ("dataset", "params") if k in self.model_fields_set]
-            if clash:
-                raise ScenarioErrors(
-                    [
-                        ScenarioError(
-                            "data.files gives the data: remove this (or files)", path=f"data.{k}"
-                        )
-                        for k in clash
-                    ]
-                )
-            return self
-        allowed = _dataset_params(self.dataset)
-        bounds = DATASET_PARAM_BOUNDS.get(self.dataset, {})
-        errors = []
-        for key, value in self.params.items():
-            path = f"data.params.{clip(str(key))}"
-            if key == "random_state":
-                errors.append(
-                    ScenarioError("is set from the scenario's seed; remove it", path=path)
-                )
-                continue
-            if key not in allowed:
-                takes = ", ".join(allowed) or "no parameters"
-                errors.append(
-                    ScenarioError(
-                        f"unknown parameter of dataset {self.dataset!r} (it takes {takes})",
-                        path=path,
-                    )
-                )
-                continue
-            adapter = _param_adapter(self.dataset, key)
-            if adapter is not None:
-                try:
-                    adapter.validate_python(value)
-                except PydanticValidationError as exc:
-                    errors.append(ScenarioError(describe_error(exc.errors()[0]), path=path))
-                    continue
-            if key in bounds:
-                low, high = bounds[key]
-                if value < low:
-                    errors.append(ScenarioError(f"must be >= {low}, got {show(value)}", path=path))
-                elif value > high:
-                    errors.append(
-                        ScenarioError(
-                            f"must be <= {high} (at most {MAX_SAMPLES} samples), got {show(value)}",
-                            path=path,
-                        )
-                    )
-        if errors:
-            raise ScenarioErrors(errors)
-        return self
-
-
 # ------------------------------------------------------------------------------ algorithm
 
 
@@ -798,7 +461,8 @@ class PartitionFaultSpec(_Strict):
     @model_validator(mode="after")
     def _order(self) -> PartitionFaultSpec:
         if self.end <= self.start:
-            raise ValueError(f"end ({_num(self.end)}) must be after start ({_num(self.start)})")
+            end, start = show_number(self.end), show_number(self.start)
+            raise ValueError(f"end ({end}) must be after start ({start})")
         return self
 
 
@@ -820,7 +484,8 @@ class DegradationSpec(_Strict):
     @model_validator(mode="after")
     def _order(self) -> DegradationSpec:
         if self.end <= self.start:
-            raise ValueError(f"end ({_num(self.end)}) must be after start ({_num(self.start)})")
+            end, start = show_number(self.end), show_number(self.start)
+            raise ValueError(f"end ({end}) must be after start ({start})")
         return self
 
 
@@ -1193,15 +858,9 @@ class Scenario(_Strict):
         if p.compression.scheme != "none":
             fail("protocol.compression.scheme", f"{why}: masked values are fixed-point already")
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Scenario:
-        errors: list[ScenarioError] = []
-
-        def fail(path: str, reason: str) -> None:
-            errors.append(ScenarioError(reason, path=path))
-
-        p, topo = self.protocol, self.topology
-        names = [t.name for t in topo.tiers]
+    def _check_tier_names(self, fail: Callable[[str, str], None]) -> None:
+        """Tier names are unique and not reserved (the node ids depend on them)."""
+        names = [t.name for t in self.topology.tiers]
         first: dict[str, int] = {}
         for i, name in enumerate(names):
             if name in RESERVED_TIER_NAMES:
@@ -1216,8 +875,10 @@ class Scenario(_Strict):
                 )
             else:
                 first[name] = i
-        if errors:  # the node ids below depend on unique, unreserved tier names
-            raise ScenarioErrors(errors)
+
+    def _check_cloud_id(self, fail: Callable[[str, str], None]) -> None:
+        """The cloud's id is not the generated id of another node."""
+        topo = self.topology
         cloud = _generated(topo.cloud_id)
         if cloud is not None:
             prefix, index = cloud
@@ -1232,6 +893,11 @@ class Scenario(_Strict):
                     "topology.cloud_id",
                     f"{topo.cloud_id!r} is also the id of {owner}; choose another cloud_id",
                 )
+
+    def _check_protocol_rules(self, fail: Callable[[str, str], None]) -> None:
+        """What protocol settings need: DP a sum, secure aggregation, client ids, local iters."""
+        p = self.protocol
+        topo = self.topology
         if self.privacy.dp is not None and p.rule != "sum":
             fail(
                 "privacy.dp",
@@ -1251,7 +917,11 @@ class Scenario(_Strict):
             fail(
                 "protocol.local_iters", "must be 1 with rule 'sum' (it aggregates every iteration)"
             )
-        self._check_algorithm(fail)
+
+    def _check_periods(self, fail: Callable[[str, str], None]) -> None:
+        """Tier periods: of real nodes, with a summable rule, in a single middle tier."""
+        p = self.protocol
+        topo = self.topology
         for i, t in enumerate(topo.tiers):
             for nid in t.periods:
                 parsed = _generated(nid)
@@ -1273,6 +943,11 @@ class Scenario(_Strict):
                         f"topology.tiers.{i}.period",
                         "tier periods > 1 are supported with a single middle tier only",
                     )
+
+    def _check_attach(self, fail: Callable[[str, str], None]) -> None:
+        """Clients attached by id exist and go to the lowest tier."""
+        topo = self.topology
+        names = [t.name for t in self.topology.tiers]
         lowest = names[-1] if names else "cloud"
         for client, target in topo.clients.attach.items():
             path = f"topology.clients.attach.{clip(client)}"
@@ -1290,6 +965,9 @@ class Scenario(_Strict):
                     f"{client} attached to {show(target)}, which is not in the lowest tier "
                     f"({lowest})",
                 )
+
+    def _check_fault_nodes(self, fail: Callable[[str, str], None]) -> None:
+        """Faults name existing nodes, and only nodes with an uplink where one is faulted."""
         for kind, items in (
             ("crashes", self.faults.crashes),
             ("partitions", self.faults.partitions),
@@ -1311,6 +989,11 @@ class Scenario(_Strict):
                             f"{node} has no uplink to fault (it is the cloud); list its "
                             "children instead",
                         )
+
+    def _check_tier_counts(self, fail: Callable[[str, str], None]) -> None:
+        """No tier has more nodes than the tier below it."""
+        topo = self.topology
+        names = [t.name for t in self.topology.tiers]
         counts = [t.count for t in topo.tiers] + [topo.clients.count]
         for i, t in enumerate(topo.tiers):
             if counts[i + 1] < t.count:
@@ -1320,6 +1003,9 @@ class Scenario(_Strict):
                     f"tier {t.name!r} has more nodes ({t.count}) than the tier below it "
                     f"({below}, {counts[i + 1]})",
                 )
+
+    def _check_views(self, fail: Callable[[str, str], None]) -> None:
+        """Hybrid-view ratios sum to 1 and some clients hold all views."""
         views = self.data.views
         if views is not None:
             total = sum(views.values())
@@ -1331,6 +1017,10 @@ class Scenario(_Strict):
                     "some clients must hold all views (they seed aligned centres): give all a "
                     "ratio > 0",
                 )
+
+    def _check_partition(self, fail: Callable[[str, str], None]) -> None:
+        """A stratified split gives each client a fraction > 0; the paper split is two clients."""
+        topo = self.topology
         part = self.data.partition
         if part.kind == "stratified":
             fr = part.fractions
@@ -1361,6 +1051,29 @@ class Scenario(_Strict):
                 "data.partition.kind",
                 "'paper' is the 85/15 split of two clients; topology.clients.count must be 2",
             )
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Scenario:
+        errors: list[ScenarioError] = []
+
+        def fail(path: str, reason: str) -> None:
+            errors.append(ScenarioError(reason, path=path))
+
+        self._check_tier_names(fail)
+        if errors:  # the node ids below depend on unique, unreserved tier names
+            raise ScenarioErrors(errors)
+        for check in (
+            self._check_cloud_id,
+            self._check_protocol_rules,
+            self._check_algorithm,
+            self._check_periods,
+            self._check_attach,
+            self._check_fault_nodes,
+            self._check_tier_counts,
+            self._check_views,
+            self._check_partition,
+        ):
+            check(fail)
         if errors:
             raise ScenarioErrors(errors)
         return self

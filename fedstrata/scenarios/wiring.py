@@ -20,20 +20,14 @@ import numpy as np
 from fedstrata.errors import ScenarioError
 from fedstrata.errors import ValidationError as FsValidationError
 from fedstrata.scenarios import partition as part
+from fedstrata.scenarios.data_schema import DataFile
 from fedstrata.scenarios.datasets import (
     MultiViewDataset,
     dataset_size,
     load_dataset,
     load_files,
 )
-from fedstrata.scenarios.schema import (
-    SEED_LIMIT,
-    DataFile,
-    Scenario,
-    ScenarioErrors,
-    clip,
-    show,
-)
+from fedstrata.scenarios.schema import SEED_LIMIT, Scenario, ScenarioErrors, clip, show
 
 __all__ = [
     "PreparedData",

@@ -64,7 +64,7 @@ from fedstrata.nodes.sealing import PLAIN, Seal, aggregator_routes, rejected
 from fedstrata.nodes.secure_round import SecureRound
 from fedstrata.nodes.setup_rounds import SetupRounds
 from fedstrata.nodes.stopping import RunStatus, StopRules
-from fedstrata.nodes.strategy import Closing, Contribution, Strategy, strategy_for
+from fedstrata.nodes.strategy import Closing, Contribution, Placement, Strategy, strategy_for
 from fedstrata.nodes.topics import AggregatorTopics
 from fedstrata.privacy.signing import AuthenticationError
 
@@ -161,13 +161,15 @@ class AggregatorNode:
         seed = zlib.crc32(node_id.encode())
         self.strategy = strategy or strategy_for(
             protocol,
-            sorted(self.children),
-            quorum=quorum,
-            seed=seed,
-            root=parent is None,
-            deadline_s=deadline_s,
-            clients_below=clients_below,
-            compressions=self.algorithm.compressions,
+            Placement(
+                children=tuple(sorted(self.children)),
+                quorum=quorum,
+                seed=seed,
+                root=parent is None,
+                deadline_s=deadline_s,
+                clients_below=clients_below,
+                compressions=tuple(self.algorithm.compressions),
+            ),
         )
         self.clients_below = clients_below
         # the seal checks the run, topic and sender of every message it decodes

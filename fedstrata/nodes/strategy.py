@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +35,7 @@ __all__ = [
     "Closing",
     "Contribution",
     "Ledger",
+    "Placement",
     "Strategy",
     "StrategyFactory",
     "register_strategy",
@@ -178,30 +179,36 @@ class Strategy(ABC):
         return {"kind": self.kind}
 
 
-class StrategyFactory(Protocol):
-    """Builds the strategy of one aggregator for a protocol kind (see :func:`strategy_for`)."""
+@dataclass(frozen=True)
+class Placement:
+    """Where an aggregator sits: what its protocol kind's strategy factory is given.
 
-    def __call__(
-        self,
-        protocol: Any,
-        children: Sequence[str],
-        *,
-        quorum: float,
-        seed: int,
-        root: bool,
-        deadline_s: float,
-        clients_below: bool,
-        compressions: Sequence[str],
-    ) -> Strategy:
-        """The strategy of one aggregator (arguments as :func:`strategy_for`'s)."""
-        ...
+    ``children``: the aggregator's children; ``quorum``: the fraction of them a round
+    needs; ``seed``: the aggregator's own seed (client sampling); ``root``: whether it is
+    the root (most kinds run synchronous rounds in middle tiers); ``deadline_s``: its
+    collection deadline; ``clients_below``: whether its children are clients (client
+    sampling and per-client plans apply there); ``compressions``: the algorithm's uplink
+    compressions, for kinds that choose among them.
+    """
+
+    children: tuple[str, ...]
+    quorum: float
+    seed: int
+    root: bool
+    deadline_s: float
+    clients_below: bool = True
+    compressions: tuple[str, ...] = ()
+
+
+StrategyFactory = Callable[[Any, Placement], Strategy]
+"""``factory(protocol, placement)``: the strategy of one aggregator under ``protocol``."""
 
 
 _KINDS: dict[str, StrategyFactory] = {}
 
 
 def register_strategy(kind: str, factory: StrategyFactory) -> None:
-    """Make :func:`strategy_for` build ``factory(...)`` for ``protocol.kind == kind``.
+    """Make :func:`strategy_for` build ``factory(protocol, placement)`` for a kind.
 
     Called by the composition root (:mod:`fedstrata.registry`) for every protocol kind;
     the nodes themselves know none.
@@ -214,23 +221,8 @@ def unregister_strategy(kind: str) -> None:
     _KINDS.pop(kind, None)
 
 
-def strategy_for(
-    protocol: Any,
-    children: Sequence[str],
-    *,
-    quorum: float,
-    seed: int,
-    root: bool,
-    deadline_s: float,
-    clients_below: bool = True,
-    compressions: Sequence[str] = (),
-) -> Strategy:
+def strategy_for(protocol: Any, placement: Placement) -> Strategy:
     """The strategy of an aggregator under ``protocol`` (its ``kind`` picks the factory).
-
-    ``root``: whether the aggregator is the root (most kinds run synchronous rounds in
-    middle tiers); ``clients_below``: whether its children are clients (client sampling
-    and per-client plans apply there); ``compressions``: the algorithm's uplink
-    compressions, for kinds that choose among them.
 
     The core registers no kind itself: whatever builds nodes imports the composition
     root (:mod:`fedstrata.registry`) first, which registers the built-in kinds.
@@ -243,13 +235,4 @@ def strategy_for(
             "import fedstrata.registry, the composition root, first (it registers the "
             "built-in kinds), or register one with register_strategy"
         ) from None
-    return factory(
-        protocol,
-        children,
-        quorum=quorum,
-        seed=seed,
-        root=root,
-        deadline_s=deadline_s,
-        clients_below=clients_below,
-        compressions=compressions,
-    )
+    return factory(protocol, placement)

@@ -33,7 +33,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.algorithm import Algorithm
-from fedstrata.nodes.strategy import Closing, Contribution, Ledger, Strategy
+from fedstrata.nodes.strategy import Closing, Contribution, Ledger, Placement, Strategy
 from fedstrata.protocols.kind import Capabilities, KindSettings, ProtocolKind
 from fedstrata.protocols.staleness import staleness_weight
 from fedstrata.protocols.sync import sync_rounds
@@ -256,20 +256,11 @@ class AsyncSettings(KindSettings):
 def _async_strategy(
     protocol: Any,
     settings: AsyncSettings,
-    children: Sequence[str],
-    *,
-    quorum: float,
-    seed: int,
-    root: bool,
-    deadline_s: float,
-    clients_below: bool,
-    compressions: Sequence[str],
+    at: Placement,
 ) -> Strategy:
-    if not root:
-        return sync_rounds(
-            protocol, children, quorum=quorum, seed=seed, clients_below=clients_below
-        )
-    return FedAsync(children, **settings.strategy_args(seed, deadline_s))
+    if not at.root:
+        return sync_rounds(protocol, at)
+    return FedAsync(at.children, **settings.strategy_args(at.seed, at.deadline_s))
 
 
 ASYNC = ProtocolKind(

@@ -6,12 +6,11 @@ of ``async`` plus K (:class:`BufferedSettings`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from fedstrata.nodes.strategy import Strategy
+from fedstrata.nodes.strategy import Placement, Strategy
 from fedstrata.protocols.asynchronous import AsyncSettings, FedBuff
 from fedstrata.protocols.kind import Capabilities, ProtocolKind
 from fedstrata.protocols.sync import sync_rounds
@@ -30,24 +29,13 @@ class BufferedSettings(AsyncSettings):
     buffer_size: Annotated[int, Field(ge=1, le=100_000, description="1 .. 100000")] = 2
 
 
-def _buffered_strategy(
-    protocol: Any,
-    settings: BufferedSettings,
-    children: Sequence[str],
-    *,
-    quorum: float,
-    seed: int,
-    root: bool,
-    deadline_s: float,
-    clients_below: bool,
-    compressions: Sequence[str],
-) -> Strategy:
-    if not root:
-        return sync_rounds(
-            protocol, children, quorum=quorum, seed=seed, clients_below=clients_below
-        )
+def _buffered_strategy(protocol: Any, settings: BufferedSettings, at: Placement) -> Strategy:
+    if not at.root:
+        return sync_rounds(protocol, at)
     return FedBuff(
-        children, buffer_size=settings.buffer_size, **settings.strategy_args(seed, deadline_s)
+        at.children,
+        buffer_size=settings.buffer_size,
+        **settings.strategy_args(at.seed, at.deadline_s),
     )
 
 

@@ -15,12 +15,12 @@ line per kind); this module imports no kind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fedstrata.errors import ValidationError
-from fedstrata.nodes.strategy import Strategy, register_strategy, unregister_strategy
+from fedstrata.nodes.strategy import Placement, Strategy, register_strategy, unregister_strategy
 from fedstrata.settings import Strict
 
 __all__ = [
@@ -81,10 +81,10 @@ class Capabilities:
         return f"kind {kind!r} does not sum exactly the children a round asked"
 
 
-KindFactory = Callable[..., Strategy]
-"""``factory(protocol, settings, children, *, quorum, seed, root, deadline_s,
-clients_below, compressions)``: :class:`~fedstrata.nodes.strategy.StrategyFactory`'s
-arguments with the kind's own settings (a :class:`KindSettings`) after ``protocol``."""
+KindFactory = Callable[[Any, Any, Placement], Strategy]
+"""``factory(protocol, settings, placement)``: one aggregator's strategy, given the kind's
+own settings (a :class:`KindSettings`) and where the aggregator sits
+(:class:`~fedstrata.nodes.strategy.Placement`)."""
 
 
 @dataclass(frozen=True)
@@ -123,18 +123,7 @@ class ProtocolKind:
             )
         return given
 
-    def strategy(
-        self,
-        protocol: Any,
-        children: Sequence[str],
-        *,
-        quorum: float,
-        seed: int,
-        root: bool,
-        deadline_s: float,
-        clients_below: bool,
-        compressions: Sequence[str],
-    ) -> Strategy:
+    def strategy(self, protocol: Any, placement: Placement) -> Strategy:
         """The strategy of one aggregator (a :class:`~fedstrata.nodes.strategy.StrategyFactory`).
 
         Refuses settings of another kind and a secure-aggregation protocol the kind
@@ -152,17 +141,7 @@ class ProtocolKind:
         problems = settings.conflicts(getattr(protocol, "rule", ""))
         if problems:
             raise ValidationError("; ".join(f"{key}: {reason}" for key, reason in problems))
-        return self.factory(
-            protocol,
-            settings,
-            children,
-            quorum=quorum,
-            seed=seed,
-            root=root,
-            deadline_s=deadline_s,
-            clients_below=clients_below,
-            compressions=compressions,
-        )
+        return self.factory(protocol, settings, placement)
 
 
 _KINDS: dict[str, ProtocolKind] = {}

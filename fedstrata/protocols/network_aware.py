@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from fedstrata.nodes.algorithm import Algorithm
-from fedstrata.nodes.strategy import Closing, Contribution, Strategy
+from fedstrata.nodes.strategy import Closing, Contribution, Placement, Strategy
 from fedstrata.protocols.adaptive import (
     COMPRESSIONS,
     KERNEL_FS,
@@ -212,25 +212,18 @@ class AdaptiveSettings(KindSettings):
 def _adaptive_strategy(
     protocol: Any,
     settings: AdaptiveSettings,
-    children: Sequence[str],
-    *,
-    quorum: float,
-    seed: int,
-    root: bool,
-    deadline_s: float,
-    clients_below: bool,
-    compressions: Sequence[str],
+    at: Placement,
 ) -> Strategy:
     """The network-aware plan per round at the root; synchronous rounds below it."""
-    sync = sync_settings(protocol, quorum=quorum, seed=seed, clients_below=clients_below)
-    if not root:
-        return SyncRounds(children, **sync)
+    sync = sync_settings(protocol, at)
+    if not at.root:
+        return SyncRounds(at.children, **sync)
     kernel = settings.network_kernel
     return AdaptiveRounds(
-        children,
+        at.children,
         lambda_net=settings.lambda_net,
-        compressions=tuple(compressions) if clients_below else (),
-        network_kernel=kernel.f if kernel is not None and clients_below else None,
+        compressions=at.compressions if at.clients_below else (),
+        network_kernel=kernel.f if kernel is not None and at.clients_below else None,
         network_tau_s=1.0 if kernel is None else kernel.tau_s,
         **sync,
     )

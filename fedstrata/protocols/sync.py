@@ -10,11 +10,10 @@ kind has no keys of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from fedstrata.nodes.rounds import STRAGGLER_POLICIES, SyncRounds
-from fedstrata.nodes.strategy import Strategy
+from fedstrata.nodes.strategy import Placement, Strategy
 from fedstrata.protocols.kind import Capabilities, KindSettings, ProtocolKind
 
 __all__ = ["STRAGGLER_POLICIES", "SYNC", "SyncRounds", "SyncSettings", "sync_rounds"]
@@ -28,45 +27,32 @@ class SyncSettings(KindSettings):
     """
 
 
-def sync_settings(
-    protocol: Any, *, quorum: float, seed: int, clients_below: bool
-) -> dict[str, Any]:
+def sync_settings(protocol: Any, at: Placement) -> dict[str, Any]:
     """The keyword arguments of :class:`SyncRounds` under ``protocol``'s common keys."""
     return {
-        "quorum": quorum,
-        "seed": seed,
+        "quorum": at.quorum,
+        "seed": at.seed,
         "stragglers": protocol.stragglers,
-        "sample": protocol.sample if clients_below else 1.0,
+        "sample": protocol.sample if at.clients_below else 1.0,
         "over_select": protocol.over_select,
     }
 
 
-def sync_rounds(
-    protocol: Any, children: Sequence[str], *, quorum: float, seed: int, clients_below: bool
-) -> SyncRounds:
+def sync_rounds(protocol: Any, at: Placement) -> SyncRounds:
     """Synchronous rounds with the protocol's straggler policy and client sampling.
 
     Every kind runs these in a middle tier, for the parent's requests (a fog group under
     an asynchronous cloud is the usual hierarchical asynchronous design).
     """
-    return SyncRounds(
-        children, **sync_settings(protocol, quorum=quorum, seed=seed, clients_below=clients_below)
-    )
+    return SyncRounds(at.children, **sync_settings(protocol, at))
 
 
 def _sync_strategy(
     protocol: Any,
     settings: SyncSettings,
-    children: Sequence[str],
-    *,
-    quorum: float,
-    seed: int,
-    root: bool,
-    deadline_s: float,
-    clients_below: bool,
-    compressions: Sequence[str],
+    at: Placement,
 ) -> Strategy:
-    return sync_rounds(protocol, children, quorum=quorum, seed=seed, clients_below=clients_below)
+    return sync_rounds(protocol, at)
 
 
 SYNC = ProtocolKind(

@@ -32,7 +32,7 @@ import fedstrata
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.rounds import SyncRounds
-from fedstrata.nodes.strategy import Strategy, strategy_for
+from fedstrata.nodes.strategy import Placement, Strategy, strategy_for
 from fedstrata.protocols.kind import (
     Capabilities,
     KindSettings,
@@ -78,24 +78,10 @@ class FirstK(SyncRounds):
         return {**super().describe(), "replies": self.replies}
 
 
-def _first_k_strategy(
-    protocol: Any,
-    settings: FirstKSettings,
-    children: Sequence[str],
-    *,
-    quorum: float,
-    seed: int,
-    root: bool,
-    deadline_s: float,
-    clients_below: bool,
-    compressions: Sequence[str],
-) -> Strategy:
-    if not root:
-        return sync_rounds(
-            protocol, children, quorum=quorum, seed=seed, clients_below=clients_below
-        )
-    sync = sync_settings(protocol, quorum=quorum, seed=seed, clients_below=clients_below)
-    return FirstK(children, replies=settings.replies, **sync)
+def _first_k_strategy(protocol: Any, settings: FirstKSettings, at: Placement) -> Strategy:
+    if not at.root:
+        return sync_rounds(protocol, at)
+    return FirstK(at.children, replies=settings.replies, **sync_settings(protocol, at))
 
 
 FIRST_K = ProtocolKind(
@@ -185,11 +171,12 @@ def test_validate_refuses_secure_aggregation_it_does_not_declare(first_k):
 def test_the_node_side_refuses_it_too(first_k):
     proto = ProtocolConfig(run="t", kind="first-k", secure="secagg")
     with pytest.raises(ValidationError, match="kind 'first-k' does not sum exactly"):
-        strategy_for(proto, ["c0", "c1", "c2"], quorum=1.0, seed=0, root=True, deadline_s=10)
+        strategy_for(
+            proto, Placement(("c0", "c1", "c2"), quorum=1.0, seed=0, root=True, deadline_s=10)
+        )
     other = ProtocolConfig(run="t", kind="first-k", settings=FirstKSettings(replies=2))
-    assert strategy_for(other, ["a", "b"], quorum=1.0, seed=0, root=False, deadline_s=1).kind == (
-        "sync"  # middle tiers run synchronous rounds
-    )
+    middle = Placement(("a", "b"), quorum=1.0, seed=0, root=False, deadline_s=1)
+    assert strategy_for(other, middle).kind == "sync"  # middle tiers run synchronous rounds
 
 
 def root_rows(folder: Path) -> list[dict[str, str]]:

@@ -6,6 +6,7 @@ __all__ = [
     "ConvergenceWarning",
     "FedstrataError",
     "NodeProtocolError",
+    "PluginError",
     "PrivacyError",
     "ScenarioError",
     "TransportError",
@@ -61,6 +62,10 @@ class NodeProtocolError(FedstrataError):
 
 class PrivacyError(FedstrataError):
     """Secure aggregation or differential privacy failed or was misconfigured."""
+
+
+class PluginError(FedstrataError):
+    """An installed plug-in (an entry point of group ``fedstrata.plugins``) cannot be used."""
 
 
 class TransportError(FedstrataError):

@@ -37,6 +37,7 @@ SLOW_MODULES = (
     "analysis/test_report.py",
     "test_cli.py",
     "test_cli_init_schema.py",
+    "test_registry.py",
     "test_types.py",
     "docs/",
 )

@@ -238,6 +238,8 @@ def register_algorithm_plugin(plugin: AlgorithmPlugin) -> None:
         model's ``name`` is no ``Literal`` of names.
 
     """
+    if plugin in _PLUGINS:  # registered already (a composition root imported twice)
+        return
     unnamed = [m.__name__ for m in plugin.settings if not m.names()]
     if unnamed:
         raise ValueError(f"settings without a name: Literal[...] field: {', '.join(unnamed)}")

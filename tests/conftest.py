@@ -33,6 +33,7 @@ SLOW_MODULES = (
     "scenarios/test_secure_runs.py",
     "scenarios/test_examples.py",
     "scenarios/test_golden_records.py",
+    "scenarios/test_budget.py",
     "scenarios/test_corpus.py",
     "analysis/test_report.py",
     "test_cli.py",

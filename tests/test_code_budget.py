@@ -68,7 +68,6 @@ KNOWN_COMPLEX: dict[str, int] = {
     "fedstrata/protocols/staleness.py::StalenessBuffer.add": 11,
     "fedstrata/scenarios/loader.py::_pydantic_errors": 11,
     "fedstrata/scenarios/loader.py::_scan": 11,
-    "fedstrata/scenarios/advice.py::deadline_warnings": 12,
     "fedstrata/scenarios/wiring.py::split_samples": 11,
     "fedstrata/scenarios/data_schema.py::DataSpec._params": 12,
     "fedstrata/scenarios/show.py::describe_error": 11,

@@ -26,8 +26,10 @@ from fedstrata.plugins.spec import (
     AlgorithmSettings,
     BuildInput,
     Capabilities,
+    CostInput,
     Extra,
     Fail,
+    RoundCost,
 )
 from fedstrata.wire import DEFAULT_MAX_SIZE
 
@@ -160,7 +162,23 @@ def check_rounds(scenario: Any, settings: Any, fail: Fail) -> None:
         )
 
 
+def round_cost(inp: CostInput) -> RoundCost:
+    """The costliest training phase of a client, at least, as its learner reports it.
+
+    Forward and backward (6 flops per parameter and sample) for the pre-training
+    epochs, or for the training epochs (FMCSC's single-view copies left out); one
+    network (float32) down and one up.
+    """
+    m: DeepModel = inp.model
+    epochs = max(m.pretrain_epochs, 1)
+    if m.train_rounds > 0:
+        epochs = max(epochs, m.local_epochs, 1)
+    network = 4.0 * m.parameter_count
+    return RoundCost(6.0 * m.parameter_count * inp.n_samples * epochs, network, network)
+
+
 DEEP = AlgorithmPlugin(
+    round_cost=round_cost,
     family="deep hybrid-view",
     settings=(FmcscSettings, EfdMvcSettings),
     build=build,

@@ -15,7 +15,14 @@ from pydantic import Field, model_validator
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ScenarioError
 from fedstrata.plugins.multiview import multiview_algorithm
-from fedstrata.plugins.spec import AlgorithmPlugin, AlgorithmSettings, BuildInput, Capabilities
+from fedstrata.plugins.spec import (
+    AlgorithmPlugin,
+    AlgorithmSettings,
+    BuildInput,
+    Capabilities,
+    CostInput,
+    RoundCost,
+)
 from fedstrata.settings import ScenarioErrors
 
 __all__ = ["MULTIVIEW", "HkMvfcSettings", "MvfcmSettings", "MvkmEdSettings"]
@@ -181,7 +188,27 @@ _MVKM_ED = Capabilities(
     },
 )
 
+
+def round_cost(inp: CostInput) -> RoundCost:
+    """A client's round, at least: one local iteration and the centres down (and up).
+
+    The learner reports every (sample, cluster, feature) per iteration it ran, and runs
+    at least one (a parameter rule may stop its ``local_iters`` early); the global
+    model carries the centres as float64, and so does an uncompressed partial.
+    """
+    p = inp.protocol
+    c = inp.model.n_clusters
+    centres = 8.0 * c * sum(inp.dims)
+    work = inp.n_samples * c * sum(inp.held_dims) * p.flops_per_element
+    return RoundCost(
+        flops=float(work),
+        down_bytes=centres,
+        up_bytes=centres if p.compression == "none" else 0.0,
+    )
+
+
 MULTIVIEW = AlgorithmPlugin(
+    round_cost=round_cost,
     family="multi-view",
     settings=(HkMvfcSettings, MvfcmSettings, MvkmEdSettings),
     build=build,

@@ -36,8 +36,10 @@ __all__ = [
     "AlgorithmSettings",
     "BuildInput",
     "Capabilities",
+    "CostInput",
     "Extra",
     "Fail",
+    "RoundCost",
     "algorithm_plugins",
     "model_arrays_of",
     "needs_dims",
@@ -154,6 +156,39 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class CostInput:
+    """What a plug-in's :attr:`AlgorithmPlugin.round_cost` estimates one client's round from.
+
+    ``model``: the built model; ``n_samples``: the client's samples; ``held_dims``: the
+    feature counts of the views it holds; ``dims``: those of every view; ``protocol``:
+    the nodes' :class:`~fedstrata.nodes.config.ProtocolConfig` (rule, compression,
+    ``flops_per_element``, ...).
+    """
+
+    model: Any
+    n_samples: int
+    held_dims: tuple[int, ...]
+    dims: tuple[int, ...]
+    protocol: Any
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """A lower bound of one client's costliest round: local work and message sizes.
+
+    ``flops``: at most the work the client reports for that round (the simulator
+    charges it at the client's ``speed_gflops``); ``down_bytes``/``up_bytes``: at most
+    the payload of the model it receives and of the partial it sends. Pre-flight refuses
+    a scenario whose rounds cannot close even at these, so they must never overstate:
+    leave out what a setting can shrink (0 bytes when unsure).
+    """
+
+    flops: float
+    down_bytes: float
+    up_bytes: float
+
+
+@dataclass(frozen=True)
 class BuildInput:
     """What a plug-in's model is built from: its settings, the scenario, the dataset's shape.
 
@@ -186,7 +221,10 @@ class AlgorithmPlugin:
     refusal text (``{name}`` and ``{key}`` placeholders) instead of "is for ... only".
     ``estimators``: per name, the centralised estimator ``fedstrata cluster`` fits
     (``"module:Class"``) and the ``cluster`` options it takes; a name without one runs
-    only as a federation. ``model_type`` and ``factory``: the node side, the type
+    only as a federation. ``round_cost(CostInput)``: a lower bound of a client's
+    costliest round (:class:`RoundCost`), from which ``validate`` tells whether rounds
+    can fit their deadline (None: no estimate, no such check). ``model_type`` and
+    ``factory``: the node side, the type
     ``build`` returns and ``factory(model, protocol, shape) -> Algorithm``
     (:func:`~fedstrata.nodes.algorithm.register_algorithm`), registered with the
     declaration by :func:`register_algorithm_plugin`.
@@ -203,6 +241,7 @@ class AlgorithmPlugin:
     check: Callable[[Any, Any, Fail], None] | None = None
     refusals: Mapping[str, str] = field(default_factory=dict)
     estimators: Mapping[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
+    round_cost: Callable[[CostInput], RoundCost] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -17,7 +17,14 @@ from pydantic import Field, model_validator
 from fedstrata.algorithms.tensor.model import TensorModel
 from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.nodes.algorithm import Algorithm
-from fedstrata.plugins.spec import AlgorithmPlugin, AlgorithmSettings, BuildInput, Capabilities
+from fedstrata.plugins.spec import (
+    AlgorithmPlugin,
+    AlgorithmSettings,
+    BuildInput,
+    Capabilities,
+    CostInput,
+    RoundCost,
+)
 from fedstrata.settings import ScenarioErrors
 
 __all__ = [
@@ -158,7 +165,18 @@ def _tensor_algorithm(model: TensorModel, protocol: Any, shape: Any) -> Algorith
     return tensor_algorithm(model, protocol, shape)
 
 
+def round_cost(inp: CostInput) -> RoundCost:
+    """A client's round, at least: its local epochs over the features it holds.
+
+    The message sizes are the factors' (not bounded here: 0 bytes).
+    """
+    m = inp.model
+    work = inp.n_samples * m.n_clusters * sum(inp.held_dims) * m.local_epochs
+    return RoundCost(float(work * inp.protocol.flops_per_element), 0.0, 0.0)
+
+
 TENSOR = AlgorithmPlugin(
+    round_cost=round_cost,
     family="tensor",
     settings=(EFkmvcSettings, FedHkParafac2Settings, FedHkTuckerSettings, FedHkMvcPersonSettings),
     build=build,

@@ -8,16 +8,13 @@ validate`` and ``fedstrata run`` print them located at their file and line.
 from __future__ import annotations
 
 import contextlib
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedstrata.errors import ScenarioError
+from fedstrata.scenarios.budget import round_overruns, seconds
 from fedstrata.scenarios.schema import Scenario
-from fedstrata.scenarios.wiring import PreparedData, prepare_data, wire_topology
+from fedstrata.scenarios.wiring import PreparedData, prepare_data
 
 __all__ = ["MS_LOOKING_LATENCY_S", "deadline_warnings", "scenario_warnings"]
 
@@ -68,130 +65,30 @@ def _ms_latency_warnings(sc: Scenario, root: Any) -> list[ScenarioError]:
     return warnings
 
 
-def _typical(spec: Any) -> float:
-    """A latency model's median, from a fixed sample (0 when it cannot be built)."""
-    from fedstrata.scenarios.build import latency_model
-
-    if spec is None:
-        return 0.0
-    try:
-        model = latency_model(spec)
-    except Exception:  # a bad trace is an error reported by preflight, not here
-        return 0.0
-    return float(np.median(model.sample_many(np.random.default_rng(0), 501)))
-
-
-@dataclass(frozen=True)
-class _Hop:
-    """The time one child needs to answer its parent: latency, transfer and compute."""
-
-    latency: float
-    transfer: float
-    compute: float
-    below: float = 0.0  # a middle node: the time its own collection takes
-
-    @property
-    def total(self) -> float:
-        return self.latency + self.transfer + self.compute + self.below
-
-    def parts(self) -> str:
-        shown = [
-            ("latency", self.latency),
-            ("collection below", self.below),
-            ("transfer", self.transfer),
-            ("compute", self.compute),
-        ]
-        return " + ".join(f"{name} {_secs(v)}" for name, v in shown if v > 0)
-
-
-def _secs(value: float) -> str:
-    return f"{value:.3g} s" if value >= 0.01 else f"{value * 1e3:.3g} ms"
-
-
 def deadline_warnings(sc: Scenario, data: PreparedData | None = None) -> list[ScenarioError]:
-    """Aggregators whose rounds cannot collect their quorum within their deadline.
+    """Aggregators whose rounds miss their deadline at the links' typical latency.
 
-    A lower estimate of each child's answer time at the scenario's links and speeds:
-    the link's typical latency both ways (the median of its distribution), the
-    model down and the partial up at its bandwidth (each at least the centres,
-    ``8 x clusters x features`` bytes), the client's local work
-    (``n_i x clusters x features x local_iters x flops_per_element`` at its
-    ``speed_gflops``) and, for a middle-tier node, its own collection. An aggregator
-    whose quorum-th fastest child needs longer than its deadline gets one warning,
-    at the deadline's key, per tier (the slowest node of the tier).
+    One warning per tier (its slowest such node), at the deadline's key; see
+    :mod:`fedstrata.scenarios.budget` for the estimate. A round that cannot fit even
+    at zero latency is pre-flight's error, not a warning.
     """
-    from fedstrata.scenarios.build import node_timing, protocol_config
+    from fedstrata.scenarios.build import model_of
 
     if data is None:
         data = prepare_data(sc)
-    wiring = wire_topology(sc)
-    timing = node_timing(sc, wiring)
-    protocol = protocol_config(sc, "preflight")
-    c = sc.algorithm.n_clusters
-    dims = [int(X.shape[1]) for X in data.dataset.views]
-    model_bytes = 8 * c * sum(dims)
-    spec_of = {t.name: (i, t) for i, t in enumerate(sc.topology.tiers)}
-
-    def transfer(link: Any, nbytes: float) -> float:
-        return 0.0 if link.bandwidth_mbps is None else 8 * nbytes / (link.bandwidth_mbps * 1e6)
-
-    hop: dict[str, _Hop] = {}
-    client_link = sc.topology.clients.link
-    lat = 2 * _typical(client_link.latency)
-    for j, client in enumerate(wiring.clients):
-        held = sum(dims[v] for v in data.held[j])
-        work = len(data.indices[j]) * c * held * sc.protocol.local_iters
-        hop[client] = _Hop(
-            latency=lat,
-            transfer=transfer(client_link, 2 * model_bytes),
-            compute=work * protocol.flops_per_element / (sc.topology.clients.speed_gflops * 1e9),
-        )
-    children: dict[str, list[str]] = {}
-    for child, parent in wiring.parents.items():
-        children.setdefault(parent, []).append(child)
+    model = model_of(sc, [X.shape[1] for X in data.dataset.views], data.dataset.n_samples)
     warnings: list[ScenarioError] = []
-    for level in range(len(wiring.tiers) - 1, -1, -1):  # bottom-up: children first
-        name, group = wiring.tiers[level]
-        worst: tuple[float, str, _Hop, float] | None = None
-        for node in group:
-            answers = sorted((hop[ch] for ch in children.get(node, ())), key=lambda h: h.total)
-            if not answers:
-                continue
-            deadline = timing[node][0]
-            need = max(1, math.ceil(sc.protocol.quorum * len(answers) - 1e-9))
-            slowest_needed = answers[need - 1]
-            if slowest_needed.total > deadline and (
-                worst is None or slowest_needed.total / deadline > worst[0] / worst[3]
-            ):
-                worst = (slowest_needed.total, node, slowest_needed, deadline)
-            if level > 0:
-                _, spec = spec_of[name]
-                hop[node] = _Hop(
-                    latency=2 * _typical(spec.link.latency),
-                    transfer=transfer(spec.link, 2 * model_bytes),
-                    compute=0.0,
-                    below=min(slowest_needed.total, deadline),
-                )
-        if worst is None:
+    for o in round_overruns(sc, data, model):
+        if o.never:
             continue
-        total, node, h, deadline = worst
-        if level == 0:
-            path = "protocol.deadline_s"
-        else:
-            i, spec = spec_of[name]
-            path = (
-                f"topology.tiers.{i}.deadline_s"
-                if spec.deadline_s is not None
-                else ("protocol.deadline_s")
-            )
-        kind = "its quorum of children needs" if need > 1 else "a child needs"
+        kind = "its quorum of children needs" if o.need > 1 else "a child needs"
         warnings.append(
             ScenarioError(
-                f"warning: every round of {node} ({name}) misses its {_secs(deadline)} "
-                f"deadline: {kind} at least about {_secs(total)} to answer ({h.parts()}), "
-                "so rounds fail and the run stalls; raise the deadline or check the links "
-                "and speeds",
-                path=path,
+                f"warning: every round of {o.node} ({o.tier}) misses its "
+                f"{seconds(o.deadline)} deadline: {kind} at least about "
+                f"{seconds(o.hop.total)} to answer ({o.hop.parts()}), so rounds fail and "
+                "the run stalls; raise the deadline or check the links and speeds",
+                path=o.path,
             )
         )
     return warnings

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.plugins.spec import needs_dims
+from fedstrata.scenarios.budget import round_overruns, seconds
 from fedstrata.scenarios.schema import Scenario, ScenarioErrors, clip
 from fedstrata.scenarios.wiring import PreparedData, Wiring, prepare_data, wire_topology
 
@@ -84,13 +85,33 @@ def _check_secure(sc: Scenario, wiring: Wiring) -> list[ScenarioError]:
     return errors
 
 
+def _check_budget(sc: Scenario, data: PreparedData, model: object) -> list[ScenarioError]:
+    """Aggregators whose rounds can never close in time (see :mod:`.budget`)."""
+    errors = []
+    for o in round_overruns(sc, data, model):
+        if not o.never:
+            continue  # only at the typical latency: a warning (fedstrata.scenarios.advice)
+        kind = "its quorum of children needs" if o.need > 1 else "a child needs"
+        errors.append(
+            ScenarioError(
+                f"rounds of {o.node} ({o.tier}) cannot close within its {seconds(o.deadline)} "
+                f"deadline: {kind} at least {seconds(o.hop.floor)} even with no latency "
+                f"({o.hop.parts(latency=False)}); raise the deadline above "
+                f"{seconds(o.hop.total)} or give the nodes more speed or bandwidth",
+                path=o.path,
+            )
+        )
+    return errors
+
+
 def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     """Run every check a run makes before it starts, and return the prepared data.
 
     Besides :func:`prepare_data` this checks the algorithm (its plug-in builds the model
     from the dataset's shape: a rank above a view's size, say, is refused here), the
-    wiring (no aggregator without children) and every link model (latency traces are
-    read).
+    wiring (no aggregator without children), every link model (latency traces are
+    read) and the round time budget: a deadline that no round can meet, even at zero
+    latency (:mod:`fedstrata.scenarios.budget`).
 
     Parameters
     ----------
@@ -118,14 +139,14 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
     def collect(exc: ScenarioError) -> None:
         errors.extend(exc.errors if isinstance(exc, ScenarioErrors) else [exc])
 
-    data = None
+    data = model = None
     try:
         data = prepare_data(sc, seed)
     except ScenarioError as exc:
         collect(exc)
     try:
         if data is not None or not needs_dims(sc.algorithm.name):
-            model_of(
+            model = model_of(
                 sc,
                 None if data is None else [X.shape[1] for X in data.dataset.views],
                 None if data is None else data.dataset.n_samples,
@@ -140,6 +161,8 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
         collect(exc)
     else:
         errors.extend(_check_secure(sc, wiring))
+        if data is not None and model is not None:
+            errors.extend(_check_budget(sc, data, model))
     errors.extend(_check_links(sc))
     if errors:
         raise ScenarioErrors(errors)

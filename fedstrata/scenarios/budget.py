@@ -179,6 +179,10 @@ def round_overruns(sc: Scenario, data: PreparedData, model: Any) -> list[Overrun
     for level in range(len(wiring.tiers) - 1, -1, -1):  # bottom-up: children first
         name, group = wiring.tiers[level]
         worst: Overrun | None = None
+        if level > 0:  # the tier's uplink: one latency model and size for all its nodes
+            link = spec_of[name].link
+            up_latency = 2 * typical_latency(link.latency)
+            up_transfer = _transfer(link, largest.down_bytes + largest.up_bytes)
         for node in group:
             answers = [hop[ch] for ch in children.get(node, ())]
             if not answers:
@@ -191,10 +195,9 @@ def round_overruns(sc: Scenario, data: PreparedData, model: Any) -> list[Overrun
                 path = _deadline_path(sc, level, name)
                 worst = Overrun(node, name, path, deadline, slowest, need)
             if level > 0:
-                link = spec_of[name].link
                 hop[node] = Hop(
-                    latency=2 * typical_latency(link.latency),
-                    transfer=_transfer(link, largest.down_bytes + largest.up_bytes),
+                    latency=up_latency,
+                    transfer=up_transfer,
                     compute=0.0,
                     below=min(slowest.total, deadline),
                     below_floor=min(slowest.floor, deadline),

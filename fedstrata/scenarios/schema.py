@@ -663,35 +663,20 @@ def _refuse_protocol(
     caps: Capabilities, name: str, p: Any, fail: Callable[[str, str], None]
 ) -> None:
     """The protocol settings an algorithm's capabilities refuse (rule, scope, kind, ...)."""
-    if caps.rules is not None and p.rule not in caps.rules:
+    for key, label, allowed, value in (
+        ("rule", "rule", caps.rules, p.rule),
+        ("kernel_scope", "kernel_scope", caps.kernel_scopes, p.kernel_scope),
+        ("protocol_kind", "kind", caps.protocol_kinds, p.kind),
+    ):
+        if allowed is None or value is None or value in allowed:
+            continue
         fail(
-            "protocol.rule",
+            f"protocol.{label}",
             caps.reason(
-                "rule",
-                f"{name} runs with rule {_choices(list(caps.rules))} only, not {p.rule!r}",
+                key,
+                f"{name} runs with {label} {_choices(list(allowed))} only, not {value!r}",
                 name=name,
-                value=p.rule,
-            ),
-        )
-    if p.kernel_scope is not None and p.kernel_scope not in caps.kernel_scopes:
-        fail(
-            "protocol.kernel_scope",
-            caps.reason(
-                "kernel_scope",
-                f"{name} runs with kernel_scope {_choices(list(caps.kernel_scopes))} only, "
-                f"not {p.kernel_scope!r}",
-                name=name,
-                value=p.kernel_scope,
-            ),
-        )
-    if caps.protocol_kinds is not None and p.kind not in caps.protocol_kinds:
-        fail(
-            "protocol.kind",
-            caps.reason(
-                "protocol_kind",
-                f"{name} runs with kind {_choices(list(caps.protocol_kinds))} only, not {p.kind!r}",
-                name=name,
-                value=p.kind,
+                value=value,
             ),
         )
     scheme = p.compression.scheme

@@ -1,0 +1,118 @@
+"""End to end on the Linux network stack: a flat federation in namespaces against the simulator.
+
+Six clients, each in its own namespace, reach the root's namespace (the root and a real
+Mosquitto) over a veth pair shaped in the kernel: 10 Mbit/s (tbf on both ends) and 10 %
+packet loss (nftables random drop on both ends). Every node is a ``fedstrata node``
+process. The same scenario file and seed run in the simulator with ``network: {model:
+tcp}`` and ``network: {model: message-retry}``. Checked: rounds and payload bytes equal;
+the median network-added round time of the real run (each round minus the same round
+of an unshaped, loss-free real run) close to the TCP model's and far from the
+message-retry model's (a lost message resent after 5 s, where TCP retransmits after
+its 200 ms minimum RTO); the kernel's TCP/IP byte count close to the simulator's
+``network.ip_bytes``; no namespace left behind.
+
+Needs root, ``ip``, ``tc``, ``nft``, ``ss`` and ``mosquitto``: skipped without them,
+a failure under CI (``CI`` set).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fedstrata.broker.launcher import find_mosquitto
+from fedstrata.errors import TransportError
+from fedstrata.netlab.cleanup import list_namespaces
+from fedstrata.netlab.compare import network_added, quantiles, round_durations
+from fedstrata.netlab.measure import measure, shaped, sim_wire_bytes
+from fedstrata.netlab.names import prefix_for
+from fedstrata.netlab.runner import SubprocessRunner, missing_tools
+from fedstrata.netlab.simrun import simulate_file
+
+pytestmark = [pytest.mark.slow, pytest.mark.netns]
+
+SCENARIO = """\
+name: netns-e2e
+seed: 5
+data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 40}, partition: {kind: iid}}
+topology: {clients: {count: 6}}
+algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
+protocol: {rule: sum, rounds: 20, tol: 0.0, deadline_s: 60}
+"""
+LOSS, MBPS = 0.10, 10
+MEDIAN_TOL, MEDIAN_FLOOR_S = 0.5, 0.1
+"""The real median network-added round time within 50 % (or 0.1 s) of the TCP model's:
+one RTO of 0.2 s is what separates a round with a loss from one without, and the two
+sides draw their losses independently over 20 rounds."""
+BYTES_TOL = 0.05
+"""Kernel-counted TCP/IP bytes within 5 % of the simulator's ``network.ip_bytes``."""
+
+
+def _need_lab() -> None:
+    problems = [f"{t} is not installed" for t in missing_tools(("ip", "tc", "nft", "ss"))]
+    try:
+        find_mosquitto()
+    except TransportError as exc:
+        problems.append(str(exc))
+    if os.geteuid() != 0:
+        problems.append("not root: creating network namespaces needs CAP_SYS_ADMIN")
+    elif not problems:
+        ns = f"{prefix_for()}check"
+        res = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
+        if res.returncode != 0:
+            problems.append(f"cannot create a network namespace: {res.stderr.strip()}")
+        else:
+            subprocess.run(["ip", "netns", "delete", ns], check=True)
+    if problems:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but the namespace lab cannot run: " + "; ".join(problems))
+        pytest.skip("; ".join(problems))
+
+
+def _added(rows, base_rows):
+    return quantiles(network_added(round_durations(rows), round_durations(base_rows)))[0]
+
+
+def test_a_lossy_flat_federation_on_the_kernel_matches_the_tcp_model(tmp_path: Path):
+    _need_lab()
+    paths = {}
+    for tag, (loss, mbps) in {"base": (0.0, None), "lossy": (LOSS, MBPS)}.items():
+        paths[tag] = tmp_path / f"{tag}.yaml"
+        paths[tag].write_text(shaped(SCENARIO, loss, mbps))
+    try:
+        real = {
+            tag: measure(p, tmp_path / f"real-{tag}", timeout_s=120) for tag, p in paths.items()
+        }
+    finally:
+        left = [ns for ns in list_namespaces(SubprocessRunner()) if ns.startswith(prefix_for())]
+    assert left == [], f"namespaces left behind: {left}"
+    sims = {
+        (model, tag): simulate_file(p, tmp_path / f"sim-{model}-{tag}", model)
+        for model in ("tcp", "message-retry")
+        for tag, p in paths.items()
+    }
+    lossy, sim = real["lossy"], sims["tcp", "lossy"]
+    assert set(lossy.statuses.values()) == {"finished"}, lossy.statuses
+    assert set(lossy.exit_codes.values()) == {0}, lossy.exit_codes
+    assert lossy.dropped_packets > 0 and lossy.queue_drops == 0
+    assert lossy.root["rounds"] == sim.summary["rounds"] == 20
+    assert real["base"].root["rounds"] == 20
+    payload = sim.summary["payload_bytes"]
+    assert (lossy.payload_up, lossy.payload_down) == (payload["up"], payload["down"])
+
+    measured = _added(lossy.rows, real["base"].rows)
+    tcp = _added(sim.rows, sims["tcp", "base"].rows)
+    retry = _added(sims["message-retry", "lossy"].rows, sims["message-retry", "base"].rows)
+    tol = max(MEDIAN_TOL * measured, MEDIAN_FLOOR_S)
+    print(f"median network-added s: measured {measured:.3f}, tcp {tcp:.3f}, retry {retry:.3f}")
+    assert abs(tcp - measured) <= tol, (tcp, measured)
+    # the test can tell the models apart: the message-retry model misses by far more
+    assert abs(retry - measured) > 4 * tol, (retry, measured)
+
+    wire, kind = sim_wire_bytes(sim.summary)
+    print(f"bytes: kernel TCP/IP {lossy.tcp_bytes}, simulator {kind} {wire}")
+    assert kind == "ip", "the simulator reports no network.ip_bytes (network.model tcp)"
+    assert abs(wire / lossy.tcp_bytes - 1) <= BYTES_TOL, (wire, lossy.tcp_bytes)

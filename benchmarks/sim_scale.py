@@ -113,9 +113,9 @@ class NullCloud:
         return []
 
 
-def build(clients: int, fogs: int, rounds: int, seed: int) -> Simulation:
-    """Build the 3-tier star."""
-    sim = Simulation(seed)
+def build(clients: int, fogs: int, rounds: int, seed: int, links: str = "tcp") -> Simulation:
+    """Build the 3-tier star under the link model ``links``."""
+    sim = Simulation(seed, links=links)
     sim.add_broker("cloud", [group_prefix(RUN, "cloud", "root")])
     for f in range(fogs):
         sim.add_broker(f"fog-{f}", [group_prefix(RUN, "fog", f)])
@@ -181,10 +181,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-tracemalloc", action="store_true", help="skip the second, traced run")
     p.add_argument("--profile", action="store_true", help="print a cProfile of the timed run")
+    p.add_argument("--links", choices=("tcp", "message-retry"), default="tcp")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also time the other link model on the same star and print the ratio",
+    )
     args = p.parse_args(argv)
 
     t0 = time.perf_counter()
-    sim = build(args.clients, args.fogs, args.rounds, args.seed)
+    sim = build(args.clients, args.fogs, args.rounds, args.seed, args.links)
     t_build = time.perf_counter() - t0
     gc.collect()
     if args.profile:
@@ -219,6 +225,19 @@ def main(argv: list[str] | None = None) -> int:
     rate = scheduled / t_base
     print(f"baseline heapq         {scheduled:,} callbacks in {t_base:.2f} s ({rate:,.0f}/s)")
     print(f"ratio kernel/baseline  {t_run / t_base:.2f}")
+    print(f"link model             {args.links}")
+    if args.compare:
+        other = "message-retry" if args.links == "tcp" else "tcp"
+        sim2 = build(args.clients, args.fogs, args.rounds, args.seed, other)
+        gc.collect()
+        t2 = time.perf_counter()
+        sim2.run()
+        t_other = time.perf_counter() - t2
+        n2 = sim2.stats()["delivered"] + sim2.stats()["duplicates"]
+        print(f"{other:<22} {n2 / t_other:,.0f} deliveries/s (same star, same process)")
+        print(
+            f"ratio {args.links}/{other} time per delivery {t_run / delivered / (t_other / n2):.2f}"
+        )
     print(f"maxrss                 {maxrss_mib:,.0f} MiB")
     if args.profile:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)

@@ -76,7 +76,6 @@ KNOWN_COMPLEX: dict[str, int] = {
     "fedstrata/scenarios/sweep.py::sweep_from_data": 14,
     "fedstrata/sim/engine.py::Engine._apply": 12,
     "fedstrata/sim/engine.py::Engine._arrive_broker": 12,
-    "fedstrata/sim/engine.py::Engine._arrive_node": 18,
     "fedstrata/sim/engine.py::Engine._send": 12,
     "fedstrata/sim/engine.py::Engine.fanout": 11,
     "fedstrata/sim/faults.py::MarkovAvailability.is_online": 12,

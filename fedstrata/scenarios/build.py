@@ -34,6 +34,7 @@ from fedstrata.scenarios.schema import (
 from fedstrata.scenarios.wiring import prepare_data, split_samples, wire_topology
 from fedstrata.sim.kernel import Connection, Simulation
 from fedstrata.sim.links import Constant, Empirical, LatencyModel, Link, LogNormal, Normal, Pareto
+from fedstrata.sim.tcp import TcpModel
 
 __all__ = [
     "Federation",
@@ -43,6 +44,7 @@ __all__ = [
     "model_of",
     "protocol_config",
     "split_data",
+    "tcp_model",
 ]
 
 
@@ -114,6 +116,19 @@ def latency_model(spec: LatencySpec) -> LatencyModel:
         raise ScenarioError(
             f"cannot read latency trace {clip(repr(spec.file))}: {clip(str(exc), 200)}"
         ) from None
+
+
+def tcp_model(sc: Scenario) -> TcpModel | None:
+    """The TCP parameters of ``sc`` (``network``), or ``None`` under ``model: message-retry``."""
+    net = sc.network
+    if net.model != "tcp":
+        return None
+    given = {
+        "mss": net.mss_bytes,
+        "initial_window": net.initial_window,
+        "rto_min": net.rto_min_s,
+    }
+    return TcpModel(**{k: v for k, v in given.items() if v is not None})
 
 
 def link_of(spec: LinkSpec) -> Link:
@@ -309,7 +324,9 @@ def build_federation(
     nodes = NodeBuilder.of(sc, model, dims, protocol, wiring)
     shape = nodes.shape
 
-    sim = Simulation(sc.seed, record_events=record_events)
+    sim = Simulation(
+        sc.seed, record_events=record_events, links=sc.network.model, tcp=tcp_model(sc)
+    )
     for name, group in tiers:
         for node in group:
             sim.add_broker(node, [group_prefix(protocol.run, name, node)])

@@ -153,6 +153,11 @@ class SimTransport:
                 "retransmissions": stats["retransmissions"],
                 "duplicates": stats["duplicates"],
                 "virtual_time_s": stats["virtual_time"],
+                "network": {
+                    "model": stats["link_model"],
+                    "ip_bytes": stats["ip_bytes"],
+                    "connections_closed": stats["connections_closed"],
+                },
             },
         )
 

@@ -63,6 +63,8 @@ from fedstrata.sim.state import (
     Status,
     TimerEvent,
 )
+from fedstrata.sim.tcp import TcpModel
+from fedstrata.sim.tcp_transport import TcpTransport
 
 __all__ = ["DROP_KINDS", "DROP_REASONS", "Engine"]
 
@@ -133,6 +135,9 @@ class Engine:
         QoS 1 retransmission policy of the clients (brokers have their own).
     record_events
         Keep the event log in :attr:`events`.
+    tcp
+        The TCP + MQTT link model (:mod:`fedstrata.sim.tcp`); ``None`` keeps the
+        message-retry model described above (``retry_interval``, ``max_retries``).
 
     Attributes
     ----------
@@ -152,6 +157,7 @@ class Engine:
         retry_interval: float,
         max_retries: int,
         record_events: bool,
+        tcp: TcpModel | None = None,
     ) -> None:
         self.env = env
         self._schedule = env.schedule
@@ -181,6 +187,8 @@ class Engine:
         self._token = 0
         self._topics_ok: set[str] = set()
         self._puback = puback_size(protocol)
+        self.puback_bytes = self._puback
+        self.transport = None if tcp is None else TcpTransport(self, tcp)
         self._cb_broker = (self._arrive_broker,)
         self._cb_node = (self._arrive_node,)
         self._cb_relay_broker = (self._relay_broker,)
@@ -338,6 +346,10 @@ class Engine:
             if d >= ri and not hop.retry_pending:
                 self._retry_at(hop, now + ri, now)
 
+    def _send_tcp(self, hop: Hop, now: float, dup: bool) -> None:
+        """Transmit ``hop`` on its wire port under the TCP model (:attr:`transport` set)."""
+        self.transport.send(hop, now)  # type: ignore[union-attr]
+
     def _retry_at(self, hop: Hop, t: float, now: float) -> None:
         hop.retry_pending = True
         self.call(t - now, self._retry, hop)
@@ -447,6 +459,8 @@ class Engine:
         general = fwd is not None or self.events is not None
         schedule = self._schedule
         ri = broker.retry_interval
+        send = self._send if self.transport is None else self._send_tcp
+        general = general or self.transport is not None
         if msg.retain:
             broker.retain(msg)
         for port, sq in broker.subscriptions.match(msg.topic):
@@ -472,7 +486,7 @@ class Engine:
             if general or mode == SLOW:
                 if fwd is not None:
                     _pair(fwd, port, h)
-                self._send(h, now, False)
+                send(h, now, False)
                 continue
             # _send inlined for FAST ports: one latency draw, one scheduled event.
             size = msg.size1 if q else msg.size0
@@ -520,6 +534,10 @@ class Engine:
                 due = hop.t_sent + port.broker.retry_interval
                 if hop.ack_at > due and not hop.retry_pending:
                     self._retry_at(hop, max(due, now), now)
+        self.hand_over(ns, hop, now)
+
+    def hand_over(self, ns: NodeState, hop: Hop, now: float) -> None:
+        """Give an arrived PUBLISH to its live, online node: once, unless a dropout takes it."""
         first = hop.twin or hop
         msg = hop.msg
         state = first.delivered
@@ -712,6 +730,9 @@ class Engine:
         hop = Hop(self._cb_broker, msg, q, port, ns, True)
         now = self.env.now
         mode = port.mode
+        if self.transport is not None and mode != LOCAL:
+            self.transport.send(hop, now)
+            return
         if mode == SLOW or ns.avail is not None or self.events is not None:
             self._send(hop, now, False)
             return
@@ -745,7 +766,10 @@ class Engine:
         for msg in retained:
             h = Hop(self._cb_node, msg, min(msg.qos, qos), port, ns, False)
             h.retain = True  # §3.3.1.3: RETAIN set on messages sent for a new subscription
-            self._send(h, now, False)
+            if self.transport is not None and port.wire:
+                self.transport.send(h, now)
+            else:
+                self._send(h, now, False)
 
     def _set_timer(self, ns: NodeState, name: str, delay: float) -> None:
         self._token += 1

@@ -56,8 +56,12 @@ from fedstrata.sim.faults import Faults
 from fedstrata.sim.links import Link
 from fedstrata.sim.log import summarize, write_jsonl
 from fedstrata.sim.state import NodeState, Port, stream
+from fedstrata.sim.tcp import TcpModel
 
-__all__ = ["Connection", "Simulation"]
+__all__ = ["LINK_MODELS", "Connection", "Simulation"]
+
+#: The link models a simulation can use; the first is the default.
+LINK_MODELS = ("tcp", "message-retry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,15 @@ class Simulation:
         terminate even towards a node that is gone for good.
     protocol
         MQTT protocol level for packet sizes: 4 (3.1.1) or 5.
+    links
+        ``"tcp"`` (default): the TCP + MQTT model of :mod:`fedstrata.sim.tcp`
+        (segment loss delays a message; only a closed connection loses one;
+        ``retry_interval`` and ``max_retries`` are refused there);
+        ``"message-retry"``: a lost message is lost whole and resent by MQTT
+        every ``retry_interval`` (the model before 0.2, kept for studies that
+        compare with it).
+    tcp
+        Parameters of the ``"tcp"`` model.
 
     Attributes
     ----------
@@ -143,18 +156,28 @@ class Simulation:
         seed: int,
         *,
         record_events: bool = False,
-        retry_interval: float = 5.0,
-        max_retries: int = 10,
+        retry_interval: float | None = None,
+        max_retries: int | None = None,
         protocol: int = 4,
+        links: str = "tcp",
+        tcp: TcpModel | None = None,
     ) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ValidationError(f"seed must be an int >= 0, got {seed!r}")
+        if links not in LINK_MODELS:
+            raise ValidationError(f"links must be one of {LINK_MODELS}, got {links!r}")
+        _only_for_message_retry(links, retry_interval, max_retries)
+        retry_interval = 5.0 if retry_interval is None else retry_interval
+        max_retries = 10 if max_retries is None else max_retries
         if not (isinstance(retry_interval, int | float) and retry_interval > 0):
             raise ValidationError(f"retry_interval must be > 0, got {retry_interval!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValidationError(f"max_retries must be an int >= 0, got {max_retries!r}")
         if protocol not in (4, 5):
             raise ValidationError(f"protocol must be 4 or 5, got {protocol!r}")
+        if tcp is not None and not isinstance(tcp, TcpModel):
+            raise ValidationError(f"tcp must be a TcpModel, got {tcp!r}")
+        self.links = links
         self.seed = int(seed)
         self.env = simpy.Environment()
         self.engine = Engine(
@@ -163,6 +186,7 @@ class Simulation:
             retry_interval=float(retry_interval),
             max_retries=max_retries,
             record_events=record_events,
+            tcp=(tcp or TcpModel()) if links == "tcp" else None,
         )
         self.faults = Faults(self)
         self.records = self.engine.records
@@ -223,6 +247,7 @@ class Simulation:
             The broker (for inspection: retained messages, subscriptions).
 
         """
+        _only_for_message_retry(self.links, retry_interval, max_retries)
         if site in self.engine.brokers:
             raise ValidationError(f"broker {site!r} already exists")
         broker = SimBroker(
@@ -292,7 +317,8 @@ class Simulation:
                 raise ValidationError(f"node {node_id!r}: unknown broker {conn.broker!r}")
             if any(p.broker is broker for p in ns.ports):
                 raise ValidationError(f"node {node_id!r}: two connections to {conn.broker!r}")
-            ns.ports.append(Port(ns, broker, conn.link, self.seed))
+            model = self.engine.transport.model if self.engine.transport else None
+            ns.ports.append(Port(ns, broker, conn.link, self.seed, model))
         self.engine.nodes[node_id] = ns
         self.engine.unfinished += 1
         self.engine.call(start_at - self.now, lifecycle.start, self.engine, ns, ns.inc)
@@ -389,3 +415,12 @@ class Simulation:
         if self.engine.events is None:
             raise ValidationError("the event log is off: create the Simulation with record_events")
         return write_jsonl(self.engine.events, path)
+
+
+def _only_for_message_retry(links: str, retry_interval: object, max_retries: object) -> None:
+    """Refuse MQTT resend settings under the TCP model: a live MQTT session never resends."""
+    if links == "tcp" and (retry_interval is not None or max_retries is not None):
+        raise ValidationError(
+            "retry_interval and max_retries are settings of links='message-retry': over TCP "
+            "a live MQTT connection never resends (segment loss only delays a message)"
+        )

@@ -439,6 +439,20 @@ class Link:
             loss = override
         return Conditions(factor, extra, bw, loss, down)
 
+    def up_at(self, now: float) -> float:
+        """Return when the outage covering ``now`` ends (``now`` itself if none does).
+
+        Overlapping or back-to-back outages count as one; ``inf`` if the link
+        never comes back.
+        """
+        t, moved = now, True
+        while moved:
+            moved = False
+            for w in self.windows:
+                if isinstance(w, Outage) and w.start <= t < w.end:
+                    t, moved = w.end, True
+        return t
+
     def transmit_delay(self, nbytes: int, rng: np.random.Generator, now: float) -> float:
         """Return the one-way delay of ``nbytes`` sent at ``now``, in seconds.
 

@@ -86,7 +86,9 @@ def test_a_simulated_run_counts_garbage_and_malformed_bodies_at_the_root(monkeyp
 
 
 def test_the_network_drops_of_the_simulator_are_counted_by_tier():
+    # Under the tcp model loss only delays a message: message-retry loses whole messages.
     text = SCENARIO.replace("latency: 0.01}", "latency: 0.01, loss: 0.2}")
+    text += "network: {model: message-retry}\n"
     _, summary, _ = simulate(parse_scenario(text))
     block = summary["dropped"]
     assert block["per_tier"]["edge"]["loss"] > 0

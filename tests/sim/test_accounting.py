@@ -24,7 +24,7 @@ def ok(sim: Simulation) -> dict:
 
 def test_offline_sender_is_not_sent_not_lost() -> None:
     # The old counters put these with the wire losses: 11 drops for 0 messages sent.
-    sim = Simulation(0, retry_interval=1.0, max_retries=10)
+    sim = Simulation(0, links="message-retry", retry_interval=1.0, max_retries=10)
     sim.add_broker("b")
     dst = sink("dst", "t")
     sim.add_node(dst, connections=[Connection("b", Link(0.1))])
@@ -43,7 +43,7 @@ def test_offline_sender_is_not_sent_not_lost() -> None:
 
 
 def test_total_loss_counts_every_transmission_and_gives_up() -> None:
-    sim = Simulation(0, retry_interval=1.0, max_retries=4)
+    sim = Simulation(0, links="message-retry", retry_interval=1.0, max_retries=4)
     sim.add_broker("b")
     sim.add_node(sink("dst", "t"), connections=[Connection("b")])
     sim.add_node(
@@ -60,7 +60,7 @@ def test_total_loss_counts_every_transmission_and_gives_up() -> None:
 
 
 def test_receiver_side_losses_are_down_losses() -> None:
-    sim = Simulation(0, retry_interval=1.0, max_retries=3)
+    sim = Simulation(0, links="message-retry", retry_interval=1.0, max_retries=3)
     sim.add_broker("b")
     sim.add_node(sink("dst", "t"), connections=[Connection("b", Link(0.5))], tier="edge")
     sim.faults.availability_trace("dst", [(0.2, math.inf)], online=False)  # gone after 0.2
@@ -138,7 +138,7 @@ def test_wills_count_as_their_nodes_publishes() -> None:
 
 
 def test_check_invariants_reports_each_violation() -> None:
-    sim = Simulation(0, retry_interval=1.0, max_retries=2)
+    sim = Simulation(0, links="message-retry", retry_interval=1.0, max_retries=2)
     sim.add_broker("b")
     sim.add_node(sink("dst", "t"), connections=[Connection("b", Link(0.1, loss=0.5))])
     sim.add_node(source("src", "t", [b"x"] * 20), connections=[Connection("b", Link(0.1))])
@@ -170,7 +170,12 @@ def test_check_invariants_reports_each_violation() -> None:
 def _random_run(seed: int) -> Simulation:
     """A random small federation of toys with every fault the kernel has."""
     rnd = random.Random(seed)
-    sim = Simulation(seed, retry_interval=rnd.choice([0.5, 2.0]), max_retries=rnd.randint(0, 4))
+    sim = Simulation(
+        seed,
+        links="message-retry",
+        retry_interval=rnd.choice([0.5, 2.0]),
+        max_retries=rnd.randint(0, 4),
+    )
     sim.add_broker("hub", ["up/"])
     sim.add_broker("edge", ["down/"])
     ids = [f"n{i}" for i in range(rnd.randint(2, 7))]

@@ -19,7 +19,7 @@ def evs(sim: Simulation, ev: str, **match: object) -> list[dict]:
 
 
 def test_partition_delays_qos1_to_just_after_the_window() -> None:
-    sim = Simulation(0, record_events=True, retry_interval=1.0)
+    sim = Simulation(0, links="message-retry", record_events=True, retry_interval=1.0)
     sim.add_broker("b")
     dst = sink("dst", "t", "t0")
     sim.add_node(dst, connections=[Connection("b")])
@@ -45,7 +45,7 @@ def test_partition_delays_qos1_to_just_after_the_window() -> None:
 
 
 def test_partition_also_cuts_the_downlink() -> None:
-    sim = Simulation(0, record_events=True, retry_interval=1.5)
+    sim = Simulation(0, links="message-retry", record_events=True, retry_interval=1.5)
     sim.add_broker("b")
     dst = sink("dst", "t")
     sim.add_node(dst, connections=[Connection("b", Link(0.2))])
@@ -56,7 +56,7 @@ def test_partition_also_cuts_the_downlink() -> None:
 
 
 def test_degradation_window_exact() -> None:
-    sim = Simulation(0)
+    sim = Simulation(0, links="message-retry")
     sim.add_broker("b")
     dst = sink("dst", "t", qos=0)
     sim.add_node(dst, connections=[Connection("b")])
@@ -72,7 +72,7 @@ def test_degradation_window_exact() -> None:
 
 
 def test_offline_receiver_drops_and_qos1_retries_after() -> None:
-    sim = Simulation(0, record_events=True, retry_interval=1.0)
+    sim = Simulation(0, links="message-retry", record_events=True, retry_interval=1.0)
     sim.add_broker("b")
     dst = Toy("dst", start=[Subscribe(pattern="t"), SetTimer(name="tick", delay_s=3.2)])
     sim.add_node(dst, connections=[Connection("b", Link(Constant(0.5)))])
@@ -88,7 +88,7 @@ def test_offline_receiver_drops_and_qos1_retries_after() -> None:
 
 
 def test_offline_sender_publishes_are_dropped() -> None:
-    sim = Simulation(0, record_events=True, retry_interval=1.0)
+    sim = Simulation(0, links="message-retry", record_events=True, retry_interval=1.0)
     sim.add_broker("b")
     dst = sink("dst", "t", qos=0)
     sim.add_node(dst, connections=[Connection("b")])
@@ -105,7 +105,7 @@ def test_offline_sender_publishes_are_dropped() -> None:
     assert dst.deliveries() == [(2.5, "t", b"0"), (2.5, "t", b"1")]
     # A publish made while offline (after a Compute) is dropped at the source;
     # QoS 1 retries continue and get through once the node is back.
-    sim2 = Simulation(0, record_events=True, retry_interval=1.0)
+    sim2 = Simulation(0, links="message-retry", record_events=True, retry_interval=1.0)
     sim2.add_broker("b")
     dst2 = sink("dst", "t")
     sim2.add_node(dst2, connections=[Connection("b")])

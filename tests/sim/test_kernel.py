@@ -35,7 +35,7 @@ def evs(sim: Simulation, ev: str, **match: object) -> list[dict]:
 
 
 def test_exact_times_latency_plus_serialization() -> None:
-    sim = Simulation(0, record_events=True)
+    sim = Simulation(0, links="message-retry", record_events=True)
     sim.add_broker("b")
     dst = sink("dst", "t", qos=0)
     sim.add_node(dst, connections=[Connection("b", Link(Constant(0.25), bandwidth_bps=8000))])
@@ -118,7 +118,7 @@ def test_subscriptions_route_by_prefix_too() -> None:
 
 
 def test_qos0_loss_is_final() -> None:
-    sim = Simulation(3, record_events=True)
+    sim = Simulation(3, links="message-retry", record_events=True)
     sim.add_broker("b")
     dst = sink("dst", "t", qos=0)
     sim.add_node(dst, connections=[Connection("b")])
@@ -138,7 +138,9 @@ def test_qos0_loss_is_final() -> None:
 
 
 def test_qos1_gets_everything_through_loss_with_duplicates() -> None:
-    sim = Simulation(5, record_events=True, retry_interval=1.0, max_retries=100)
+    sim = Simulation(
+        5, links="message-retry", record_events=True, retry_interval=1.0, max_retries=100
+    )
     sim.add_broker("b")
     dst = sink("dst", "t")
     sim.add_node(dst, connections=[Connection("b", Link(LogNormal(0.05, 0.5), loss=0.3))])
@@ -158,7 +160,7 @@ def test_qos1_gets_everything_through_loss_with_duplicates() -> None:
 
 
 def test_lost_puback_causes_exactly_one_duplicate() -> None:
-    sim = Simulation(0, record_events=True, retry_interval=2.0)
+    sim = Simulation(0, links="message-retry", record_events=True, retry_interval=2.0)
     sim.add_broker("b")
     dst = sink("dst", "t")
     sim.add_node(dst, connections=[Connection("b", Link(Constant(1.0)))])
@@ -182,7 +184,7 @@ def test_lost_puback_causes_exactly_one_duplicate() -> None:
 def test_qos1_broker_duplicate_forwarded_again() -> None:
     # The publisher's PUBACK is lost: the broker gets the PUBLISH twice and (QoS 1,
     # §4.3.2) forwards it twice; the subscriber's second copy counts as a duplicate.
-    sim = Simulation(0, record_events=True, retry_interval=1.0)
+    sim = Simulation(0, links="message-retry", record_events=True, retry_interval=1.0)
     sim.add_broker("b")
     dst = sink("dst", "t")
     sim.add_node(dst, connections=[Connection("b")])
@@ -417,7 +419,7 @@ def test_until_and_progress() -> None:
 
 
 def byte_check_sim(seed: int, *, record: bool = True) -> Simulation:
-    sim = Simulation(seed, record_events=record, retry_interval=0.5)
+    sim = Simulation(seed, links="message-retry", record_events=record, retry_interval=0.5)
     sim.add_broker("cloud", ["fs/r/cloud/"])
     sim.add_broker("fog", ["fs/r/fog/"])
     sim.add_node(
@@ -509,7 +511,9 @@ def test_the_event_log_does_not_change_the_run() -> None:
 
 
 def test_permanently_dead_subscriber_terminates() -> None:
-    sim = Simulation(0, record_events=True, retry_interval=1.0, max_retries=3)
+    sim = Simulation(
+        0, links="message-retry", record_events=True, retry_interval=1.0, max_retries=3
+    )
     sim.add_broker("b")
     sim.add_node(sink("gone", "t"), connections=[Connection("b", Link(0.1))])
     sim.faults.availability_trace("gone", [(0.0, 1.0)])  # online only during [0, 1)
@@ -527,7 +531,7 @@ def test_permanently_dead_subscriber_terminates() -> None:
 
 
 def test_crashed_subscriber_terminates_and_drops_in_flight() -> None:
-    sim = Simulation(0, record_events=True, retry_interval=1.0)
+    sim = Simulation(0, links="message-retry", record_events=True, retry_interval=1.0)
     sim.add_broker("b")
     sim.add_node(sink("dst", "t"), connections=[Connection("b", Link(0.5))])
     sim.add_node(source("src", "t", [b"x"]), connections=[Connection("b")], start_at=1.0)

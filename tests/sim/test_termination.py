@@ -26,7 +26,7 @@ def ticker(node_id: str, every: float, *, qos: int = 1) -> Toy:
 
 
 def test_a_node_offline_for_good_neither_keeps_the_run_alive_nor_is_rescheduled() -> None:
-    sim = Simulation(0, retry_interval=1.0, max_retries=3)
+    sim = Simulation(0, links="message-retry", retry_interval=1.0, max_retries=3)
     sim.add_broker("b")
     sim.add_node(ticker("tick", 0.5), connections=[Connection("b", Link(0.01))])
     sim.faults.availability_markov("tick", 1.0, 0.0, 1e-9)  # offline from 1e-9 s on
@@ -40,7 +40,7 @@ def test_a_node_offline_for_good_neither_keeps_the_run_alive_nor_is_rescheduled(
 def test_tiny_markov_step_with_a_busy_node_ends_fast() -> None:
     # Step 1e-9 s with p = 0.5 each way: ~1e13 state changes over the run; the old toggle
     # list grew until MemoryError. The ticker is stopped by a crash at t = 10,000 s.
-    sim = Simulation(0, retry_interval=1.0, max_retries=2)
+    sim = Simulation(0, links="message-retry", retry_interval=1.0, max_retries=2)
     sim.add_broker("b")
     dst = sink("dst", "tick")
     sim.add_node(dst, connections=[Connection("b", Link(0.01))])
@@ -60,7 +60,7 @@ def test_tiny_markov_step_with_a_busy_node_ends_fast() -> None:
 def test_extreme_links_end() -> None:
     # Total loss, a partition "forever", 1e6 s latency and 1 bit/s: every retry loop is
     # bounded, so the run ends (after days of virtual time).
-    sim = Simulation(0, retry_interval=5.0, max_retries=10)
+    sim = Simulation(0, links="message-retry", retry_interval=5.0, max_retries=10)
     sim.add_broker("b")
     sim.add_node(sink("dst", "t"), connections=[Connection("b", Link(1e6, bandwidth_bps=1.0))])
     sim.add_node(
@@ -84,7 +84,7 @@ def test_extreme_links_end() -> None:
 
 
 def test_a_root_like_node_crashing_for_good_ends_the_run() -> None:
-    sim = Simulation(0, retry_interval=1.0, max_retries=3)
+    sim = Simulation(0, links="message-retry", retry_interval=1.0, max_retries=3)
     sim.add_broker("b")
     root = ticker("root", 0.1)
     sim.add_node(root, connections=[Connection("b")])

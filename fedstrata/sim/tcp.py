@@ -1,0 +1,197 @@
+"""How long one MQTT message takes over a TCP connection: the simulator's default link model.
+
+MQTT runs over TCP, so a lost *packet* is never a lost *message* while the
+connection lives: TCP retransmits the segment, the message arrives later, in
+order, and throughput falls. Only a broken connection loses messages, and
+then MQTT redelivers unacknowledged QoS 1 messages when the session
+reconnects (MQTT 3.1.1 §4.4; MQTT 5 forbids resending at any other time).
+This module turns one transmission of ``nbytes`` into its delivery delay; the
+kernel (:mod:`fedstrata.sim.engine`) keeps each connection in order and busy
+while it serialises.
+
+The model, per message of ``n = ceil(nbytes / mss)`` segments sent at once on
+an established connection with round-trip time ``rtt`` (twice the sampled
+one-way latency) and bandwidth ``B``:
+
+* **Transfer.** Each segment carries ``header`` bytes of IPv4 + TCP (with the
+  timestamp option Linux sends by default). The sender starts from
+  ``initial_window`` segments (RFC 6928) and doubles per round trip while the
+  window, not the bandwidth, limits it (slow start; Linux restarts it after an
+  idle period, RFC 5681 §4.1, which is how a federation's connections spend
+  most of a round); the rest leaves at ``B``. This is the short-flow latency
+  model of Cardwell, Savage and Anderson, "Modeling TCP Latency" (2000),
+  without loss.
+* **Loss.** Each segment is lost with probability ``p``. Of a lost segment
+  only the tail of the message matters: a segment with data after it is
+  found by SACK/RACK about 1.25 round trips after it left (RFC 8985), which
+  delays the message only when that is later than its last byte. A lost last
+  segment waits for the tail loss probe, ``2 rtt + 2 ms`` after it left, or
+  ``rtt + rto_min`` for a one-segment flight (Linux adds the delayed-ACK
+  allowance then, capped by the retransmission timeout). A lost
+  retransmission waits for the retransmission timeout ``rtt + rto_min``,
+  doubled at each further loss (RFC 6298; Linux's floor is 200 ms). Large
+  messages under loss also lose throughput: the window halves at each loss,
+  which caps the rate at ``sqrt(3/2) * mss / (rtt * sqrt(p))`` (Mathis,
+  Semke, Mahdavi and Ott, "The Macroscopic Behavior of the TCP Congestion
+  Avoidance Algorithm", 1997).
+* **Outage.** A segment sent while the link is down is retransmitted at the
+  timeout's back-off instants ``rto * (2^k - 1)`` and arrives at the first
+  one after the link is back. A connection silent for more than
+  ``1.5 * keepalive`` is closed by the broker (MQTT 3.1.1 §3.1.2.10): the
+  message is then lost if QoS 0 and redelivered after the reconnection (a
+  TCP and an MQTT handshake, two round trips) if QoS 1.
+
+What is not modelled: the PUBACK's own loss (it never delays a delivery),
+pure ACK loss, competing flows on one connection (a connection serialises
+its messages in order), cwnd kept across back-to-back messages, and the
+connection set-up at the start of a run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fedstrata.errors import ValidationError
+
+__all__ = ["RTO_MAX", "TcpModel"]
+
+#: Linux's minimum timer granularity added to a multi-segment tail loss probe (2 jiffies).
+_TLP_SLACK = 0.002
+#: RACK's reordering window, a quarter of the round trip (RFC 8985 §6.2).
+_RACK = 1.25
+#: Linux's ceiling of the retransmission timeout (TCP_RTO_MAX), seconds.
+RTO_MAX = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class TcpModel:
+    """Parameters of the TCP + MQTT transport model (defaults: Linux, Ethernet MTU 1500).
+
+    Parameters
+    ----------
+    mss
+        Maximum segment size, bytes (1448 = 1500 - 20 IPv4 - 20 TCP - 12 timestamps).
+    header
+        IPv4 + TCP header bytes per segment (52 with timestamps).
+    initial_window
+        Initial congestion window, segments (RFC 6928: 10).
+    rto_min
+        Floor of the retransmission timeout, seconds (Linux: 0.2).
+    keepalive
+        MQTT keep-alive, seconds: a connection silent for 1.5 times this is closed.
+
+    """
+
+    mss: int = 1448
+    header: int = 52
+    initial_window: int = 10
+    rto_min: float = 0.2
+    keepalive: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("mss", "initial_window"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(f"TcpModel.{name} must be an int >= 1, got {value!r}")
+        if isinstance(self.header, bool) or not isinstance(self.header, int) or self.header < 0:
+            raise ValidationError(f"TcpModel.header must be an int >= 0, got {self.header!r}")
+        for name in ("rto_min", "keepalive"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValidationError(f"TcpModel.{name} must be a number > 0, got {value!r}")
+
+    def segments(self, nbytes: int) -> int:
+        """Return the number of TCP segments that carry ``nbytes`` (at least one)."""
+        return max(1, -(-nbytes // self.mss))
+
+    def ip_bytes(self, nbytes: int) -> int:
+        """Return the IP-level bytes of ``nbytes`` of MQTT data: data plus a header per segment."""
+        return nbytes + self.segments(nbytes) * self.header
+
+    def ack_bytes(self, nbytes: int) -> int:
+        """Return the IP-level bytes of the pure ACKs the receiver returns for ``nbytes``.
+
+        Linux acknowledges every second full segment (delayed ACK); the last
+        one is a pure ACK too, unless a reply (a PUBACK) carries it, which the
+        caller counts apart.
+        """
+        return (self.segments(nbytes) // 2) * self.header
+
+    def transfer(self, nbytes: int, bandwidth_bps: float | None, rtt: float, loss: float) -> float:
+        """Return the seconds from the first byte sent to the last byte sent, without loss delays.
+
+        Slow start from ``initial_window`` segments while the window limits the
+        rate, then the bandwidth (capped by the loss-throughput formula when
+        ``loss > 0``).
+        """
+        n = self.segments(nbytes)
+        seg_bits = (self.mss + self.header) * 8
+        rate = math.inf if bandwidth_bps is None else bandwidth_bps
+        if loss > 0 and rtt > 0 and n > self.initial_window:
+            rate = min(rate, math.sqrt(1.5) * seg_bits / (rtt * math.sqrt(loss)))
+        if rtt <= 0 or n <= self.initial_window:
+            return 0.0 if rate == math.inf else (nbytes + n * self.header) * 8 / rate
+        window_limit = rate * rtt / seg_bits  # segments per round trip the rate allows
+        t, sent, window = 0.0, 0, self.initial_window
+        while sent + window < n and window < window_limit:
+            sent += window
+            t += rtt
+            window *= 2
+        rest = nbytes + n * self.header - sent * (self.mss + self.header)
+        return t + (0.0 if rate == math.inf else max(rest, 0) * 8 / rate)
+
+    def rto(self, rtt: float) -> float:
+        """Return the retransmission timeout of a connection with round trip ``rtt`` (RFC 6298)."""
+        return rtt + self.rto_min
+
+    def loss_delay(
+        self, nbytes: int, rtt: float, loss: float, seg_time: float, draw: Callable[[], float]
+    ) -> float:
+        """Return the seconds segment losses add to a message's delivery.
+
+        ``seg_time`` is the time one segment takes to serialise; ``draw()``
+        returns uniform numbers in [0, 1) from the link's loss stream. Draws
+        are made in a fixed order (tail segment, earlier segments near the
+        tail, then each retransmission), so a run is reproducible.
+        """
+        n = self.segments(nbytes)
+        rto = self.rto(rtt)
+        delay = 0.0
+        if draw() < loss:  # the last segment: found by the tail loss probe
+            if n == 1:  # the probe is the retransmission timeout itself, which backs off
+                delay = rto + self._resend(2 * rto, loss, draw)
+            else:
+                delay = min(2 * rtt + _TLP_SLACK, rto) + self._resend(rto, loss, draw)
+        if n > 1:
+            # Only segments within RACK's reach of the end can delay the message.
+            reach = n - 1 if seg_time <= 0 else min(n - 1, math.ceil(_RACK * rtt / seg_time))
+            if reach > 0 and draw() < 1.0 - (1.0 - loss) ** reach:
+                delay = max(delay, _RACK * rtt + self._resend(rto, loss, draw))
+        return delay
+
+    @staticmethod
+    def _resend(wait: float, loss: float, draw: Callable[[], float]) -> float:
+        """Time lost to retransmissions that are lost again: ``wait``, doubled each time."""
+        extra = 0.0
+        while loss > 0 and draw() < loss and extra < 3600.0:
+            extra += wait
+            wait = min(2 * wait, RTO_MAX)
+        return extra
+
+    def outage_wait(self, rtt: float, now: float, up_at: float) -> float:
+        """Return when a segment sent at ``now`` into an outage ending at ``up_at`` is resent.
+
+        The first retransmission-timeout back-off instant at or after ``up_at``:
+        ``now + rto``, then ``+ 2 rto``, ``+ 4 rto``... each wait capped at 120 s.
+        """
+        t, wait = now + self.rto(rtt), self.rto(rtt)
+        while t < up_at:
+            wait = min(2 * wait, RTO_MAX)
+            t += wait
+        return t
+
+    def breaks(self, silent_s: float) -> bool:
+        """Return whether a connection silent for ``silent_s`` seconds is closed by the broker."""
+        return silent_s > 1.5 * self.keepalive

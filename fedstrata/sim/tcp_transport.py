@@ -1,0 +1,150 @@
+"""The kernel's hops under the TCP + MQTT model (:mod:`fedstrata.sim.tcp`): no MQTT resends.
+
+On a live TCP connection a QoS 1 message is never resent by MQTT, never
+duplicated and never lost: segment losses only delay it. So a hop here is one
+scheduled arrival, and its PUBACK is counted in bytes but needs no timer.
+What can still lose a message is the end of a session: a broken connection
+(QoS 0 lost, QoS 1 redelivered after the reconnection), a node that is
+offline (QoS 1 held by the sender or, for a persistent session, by the broker
+until the node is back), a crashed or finished receiver. Co-located hops
+(no link) keep the engine's own zero-delay path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simpy.events import NORMAL
+
+from fedstrata.sim.state import Hop, Status
+from fedstrata.sim.tcp import TcpModel
+
+if TYPE_CHECKING:
+    from fedstrata.sim.engine import Engine
+
+__all__ = ["TcpTransport"]
+
+_LIVE = Status.LIVE
+_FINISHED = Status.FINISHED
+
+
+class TcpTransport:
+    """Sends and receives the engine's wire hops under a :class:`~fedstrata.sim.tcp.TcpModel`.
+
+    Parameters
+    ----------
+    engine
+        The engine whose counters, log and nodes it uses.
+    model
+        The TCP parameters.
+
+    """
+
+    __slots__ = ("_cb_broker", "_cb_node", "_engine", "_puback_ip", "model")
+
+    def __init__(self, engine: Engine, model: TcpModel) -> None:
+        self._engine = engine
+        self.model = model
+        self._puback_ip = engine.puback_bytes + model.header
+        self._cb_broker = (self._arrive_broker,)
+        self._cb_node = (self._arrive_node,)
+
+    def send(self, hop: Hop, now: float) -> None:
+        """Transmit ``hop`` over its wire port (the caller handles co-located ports)."""
+        eng = self._engine
+        port = hop.port
+        q, up = hop.qos, hop.up
+        msg = hop.msg
+        if up:
+            avail = port.ns.avail
+            if avail is not None and not avail.is_online(now):
+                self._hold(hop, now, avail.next_online(now))
+                return
+        size = msg.size1 if q else msg.size0
+        model = self.model
+        segments = -(-size // model.mss) or 1
+        ip, acks = size + segments * model.header, (segments // 2) * model.header
+        if up:
+            port.up_bytes += size
+            port.up_msgs += 1
+            port.ip_up += ip
+            port.ip_down += acks
+        else:
+            port.down_bytes += size
+            port.down_msgs += 1
+            port.ip_down += ip
+            port.ip_up += acks
+        eng.tier_bytes[port.ns.tier] += size
+        if eng.events is not None:
+            eng._log_msg("send", hop, size, hop.tries > 0)
+        d = port.tcp_delay(size, segments, now, up, q)
+        if d < 0:  # the connection closed under a QoS 0 message
+            eng.drop(port.ns, "outage", hop)
+            return
+        hop.t_sent = now
+        hop.callbacks = self._cb_broker if up else self._cb_node  # type: ignore[assignment]
+        eng.live += 1
+        eng._schedule(hop, NORMAL, d)
+
+    def _hold(self, hop: Hop, now: float, t_on: float | None) -> None:
+        """An offline sender: QoS 1 waits in its session until it is back, QoS 0 is not sent."""
+        eng = self._engine
+        if not hop.qos or t_on is None:
+            eng.drop(hop.port.ns, "offline", hop, kind="not_sent")
+            return
+        hop.tries += 1  # the next transmission is the session's redelivery
+        eng.call(t_on - now, self._resend, hop)
+
+    def _resend(self, hop: Hop) -> None:
+        ns = hop.port.ns
+        if hop.inc != ns.inc or ns.status is not _LIVE:
+            return  # the session ended with the node: its stored messages with it
+        self._engine.retransmissions += 1
+        self.send(hop, self._engine.env.now)
+
+    def _arrive_broker(self, hop: Hop) -> None:
+        eng = self._engine
+        eng.live -= 1
+        now = eng.env.now
+        if hop.qos:
+            port = hop.port
+            port.ack_down_bytes += eng.puback_bytes
+            port.ip_down += self._puback_ip
+        if eng.events is not None:
+            eng._log_msg("recv", hop, None, False)
+        eng.fanout(hop.port.broker, hop.msg, now, None)
+
+    def _arrive_node(self, hop: Hop) -> None:
+        eng = self._engine
+        eng.live -= 1
+        now = eng.env.now
+        ns = hop.ns
+        if hop.inc != ns.inc or ns.status is not _LIVE:
+            gone = ns.status is _FINISHED and hop.inc == ns.inc
+            eng.drop(ns, "finished" if gone else "crashed", hop)
+            return
+        avail = ns.avail
+        if avail is not None and not avail.is_online(now):
+            t_on = avail.next_online(now) if hop.qos else None
+            if t_on is None:
+                eng.drop(ns, "offline", hop)
+                return
+            # A persistent session: the broker keeps the message and sends it on reconnect.
+            hop.tries += 1
+            eng.call(t_on - now, self._redeliver, hop)
+            return
+        if hop.qos:
+            port = hop.port
+            port.ack_up_bytes += eng.puback_bytes
+            port.ip_up += self._puback_ip
+        eng.hand_over(ns, hop, now)
+
+    def _redeliver(self, hop: Hop) -> None:
+        eng = self._engine
+        eng.retransmissions += 1
+        ns = hop.ns
+        if hop.inc != ns.inc or ns.status is not _LIVE:
+            gone = ns.status is _FINISHED and hop.inc == ns.inc
+            eng.drop(ns, "finished" if gone else "crashed", hop)
+            return
+        self.send(hop, eng.env.now)

@@ -5,11 +5,22 @@ Mosquitto) over a veth pair shaped in the kernel: 10 Mbit/s (tbf on both ends) a
 packet loss (nftables random drop on both ends). Every node is a ``fedstrata node``
 process. The same scenario file and seed run in the simulator with ``network: {model:
 tcp}`` and ``network: {model: message-retry}``. Checked: rounds and payload bytes equal;
-the median network-added round time of the real run (each round minus the same round
-of an unshaped, loss-free real run) close to the TCP model's and far from the
+the mean network-added round time of the real run (each round minus the same round of
+an unshaped, loss-free real run) close to the TCP model's and far from the
 message-retry model's (a lost message resent after 5 s, where TCP retransmits after
-its 200 ms minimum RTO); the kernel's TCP/IP byte count close to the simulator's
-``network.ip_bytes``; no namespace left behind.
+a tail loss probe or its 200 ms minimum RTO); the kernel's TCP/IP byte count close to
+the simulator's ``network.ip_bytes``; no namespace left behind.
+
+The mean, not the median: at this loss a round either sees a retransmission timeout
+(about 0.2 s added) or does not (a few ms), and about half of the real rounds do, so
+the median of 40 rounds jumps between the two modes from one run to the next while
+the mean does not. The median and p90 are printed.
+
+Written against the TCP model of issue 35 while it lands: on 2026-11-27 (work tree
+of that day) it fails on the round time (the model adds 0.23 s per round on average, the
+kernel 0.14 s; the message-retry model 5.25 s) and on the bytes (``network.ip_bytes`` leaves out connection set-up, MQTT
+control packets and retransmissions: 26 % under the kernel's count); see
+docs/network-validation.md.
 
 Needs root, ``ip``, ``tc``, ``nft``, ``ss`` and ``mosquitto``: skipped without them,
 a failure under CI (``CI`` set).
@@ -40,13 +51,13 @@ seed: 5
 data: {dataset: heat-kernel-synthetic, params: {n_per_cluster: 40}, partition: {kind: iid}}
 topology: {clients: {count: 6}}
 algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
-protocol: {rule: sum, rounds: 20, tol: 0.0, deadline_s: 60}
+protocol: {rule: sum, rounds: 40, tol: 0.0, deadline_s: 60}
 """
 LOSS, MBPS = 0.10, 10
-MEDIAN_TOL, MEDIAN_FLOOR_S = 0.5, 0.1
-"""The real median network-added round time within 50 % (or 0.1 s) of the TCP model's:
-one RTO of 0.2 s is what separates a round with a loss from one without, and the two
-sides draw their losses independently over 20 rounds."""
+MEAN_TOL, MEAN_FLOOR_S = 0.3, 0.05
+"""The simulated mean network-added round time within 30 % (or 0.05 s) of the measured
+one: the two sides draw their losses independently, and over 40 rounds the mean of a
+two-mode quantity (0 or about one RTO) varies by about 15 % from run to run."""
 BYTES_TOL = 0.05
 """Kernel-counted TCP/IP bytes within 5 % of the simulator's ``network.ip_bytes``."""
 
@@ -72,8 +83,10 @@ def _need_lab() -> None:
         pytest.skip("; ".join(problems))
 
 
-def _added(rows, base_rows):
-    return quantiles(network_added(round_durations(rows), round_durations(base_rows)))[0]
+def _added(rows, base_rows) -> tuple[float, float, float]:
+    """Mean, median and p90 of the network-added round times."""
+    added = network_added(round_durations(rows), round_durations(base_rows))
+    return (sum(added) / len(added), *quantiles(added))
 
 
 def test_a_lossy_flat_federation_on_the_kernel_matches_the_tcp_model(tmp_path: Path):
@@ -98,19 +111,20 @@ def test_a_lossy_flat_federation_on_the_kernel_matches_the_tcp_model(tmp_path: P
     assert set(lossy.statuses.values()) == {"finished"}, lossy.statuses
     assert set(lossy.exit_codes.values()) == {0}, lossy.exit_codes
     assert lossy.dropped_packets > 0 and lossy.queue_drops == 0
-    assert lossy.root["rounds"] == sim.summary["rounds"] == 20
-    assert real["base"].root["rounds"] == 20
+    assert lossy.root["rounds"] == sim.summary["rounds"] == 40
+    assert real["base"].root["rounds"] == 40
     payload = sim.summary["payload_bytes"]
     assert (lossy.payload_up, lossy.payload_down) == (payload["up"], payload["down"])
 
     measured = _added(lossy.rows, real["base"].rows)
     tcp = _added(sim.rows, sims["tcp", "base"].rows)
     retry = _added(sims["message-retry", "lossy"].rows, sims["message-retry", "base"].rows)
-    tol = max(MEDIAN_TOL * measured, MEDIAN_FLOOR_S)
-    print(f"median network-added s: measured {measured:.3f}, tcp {tcp:.3f}, retry {retry:.3f}")
-    assert abs(tcp - measured) <= tol, (tcp, measured)
+    for name, v in (("measured", measured), ("tcp", tcp), ("message-retry", retry)):
+        print(f"network-added s, {name}: mean {v[0]:.3f} median {v[1]:.3f} p90 {v[2]:.3f}")
+    tol = max(MEAN_TOL * measured[0], MEAN_FLOOR_S)
     # the test can tell the models apart: the message-retry model misses by far more
-    assert abs(retry - measured) > 4 * tol, (retry, measured)
+    assert abs(retry[0] - measured[0]) > 4 * tol, (retry, measured)
+    assert abs(tcp[0] - measured[0]) <= tol, (tcp, measured)
 
     wire, kind = sim_wire_bytes(sim.summary)
     print(f"bytes: kernel TCP/IP {lossy.tcp_bytes}, simulator {kind} {wire}")

@@ -196,6 +196,25 @@ def run_grid(args: argparse.Namespace) -> int:
     return 0
 
 
+TCP_EVENTS = (
+    "TCPLossProbes",
+    "TCPLossProbeRecovery",
+    "TCPTimeouts",
+    "TCPFastRetrans",
+    "TCPSackRecovery",
+)
+
+
+def _tcp_events(lab: Lab, ns: str) -> dict[str, int]:
+    """The TcpExt counters of ``ns`` (``/proc/net/netstat`` read inside the namespace)."""
+    lines = lab.run(["ip", "netns", "exec", ns, "cat", "/proc/net/netstat"]).splitlines()
+    for head, vals in zip(lines[::2], lines[1::2], strict=False):
+        if head.startswith("TcpExt:"):
+            got = dict(zip(head.split()[1:], map(int, vals.split()[1:]), strict=True))
+            return {k: got.get(k, 0) for k in TCP_EVENTS}
+    return dict.fromkeys(TCP_EVENTS, 0)
+
+
 def tcp_probe(args: argparse.Namespace) -> int:
     """Single-message round trips over one TCP connection on a lossy veth pair."""
     import subprocess
@@ -211,6 +230,7 @@ def tcp_probe(args: argparse.Namespace) -> int:
             (0.01, 10, 200, 400, "cubic"),
         ]:
             lab.shape(link, mbps, loss)
+            before = {ns: _tcp_events(lab, ns) for ns in (a, b)}
             srv = lab.spawn(
                 a, [sys.executable, "-m", "fedstrata.netlab.probe", "serve", "5000", cc]
             )
@@ -232,6 +252,13 @@ def tcp_probe(args: argparse.Namespace) -> int:
                 f"min {slow.min() * 1e3 if slow.size else 0:.0f}, median "
                 f"{np.median(slow) * 1e3 if slow.size else 0:.0f}, max "
                 f"{slow.max() * 1e3 if slow.size else 0:.0f}"
+            )
+            events = {
+                k: sum(_tcp_events(lab, ns)[k] - before[ns][k] for ns in (a, b)) for k in TCP_EVENTS
+            }
+            print(
+                "      kernel TCP events (both ends): "
+                + ", ".join(f"{k} {v}" for k, v in events.items())
             )
     return 0
 

@@ -7,13 +7,17 @@ runner asks it, for every message on the node's link to its parent (its PUBLISHe
 to the parent's ``up`` topic and the deliveries from the parent's ``down`` and
 ``config`` topics),
 how long the message takes or whether it is lost, with the simulator's own link
-model (:class:`~fedstrata.sim.links.Link`):
+model, the one the scenario's ``network.model`` selects:
 
-* delay ``(latency + jitter) * latency_factor + extra_latency + nbytes * 8 / bandwidth``;
-* a lost QoS 1 message is sent again after ``retry_interval`` seconds, up to
-  ``max_retries`` times (as the simulator's QoS 1 senders do), then given up;
-  a lost QoS 0 message is gone;
-* an outage window (a partition) loses everything sent inside it.
+* ``tcp`` (default): :class:`~fedstrata.sim.tcp.TcpConnection`, exactly as the
+  simulator computes it: latency, serialisation with TCP/IP headers, slow start,
+  segment loss as retransmission delay, in-order delivery, a partition delaying
+  messages to TCP's back-off instants and closing the session past 1.5 keep-alives
+  (QoS 0 lost, QoS 1 redelivered);
+* ``message-retry``: delay ``(latency + jitter) * latency_factor + extra_latency +
+  nbytes * 8 / bandwidth``; a lost QoS 1 message is sent again after
+  ``retry_interval`` seconds, up to ``max_retries`` times, then given up; a lost
+  QoS 0 message is gone; an outage window loses everything sent inside it.
 
 What is not emulated: messages between an aggregator and its own group (the
 simulator co-locates an aggregator with its broker, so those hops have no link
@@ -34,6 +38,7 @@ import numpy as np
 from fedstrata.mqtt import config_topic, down_topic, up_topic
 from fedstrata.scenarios.build import Federation, link_of
 from fedstrata.sim.links import Degradation, Link, Outage
+from fedstrata.sim.tcp import TcpConnection, TcpModel
 
 __all__ = ["LinkEmulator", "link_emulators"]
 
@@ -56,6 +61,8 @@ class LinkEmulator:
     config
         The parent's ``config`` topic (the run's configuration, delivered to the node
         once): it crosses the link too.
+    tcp
+        The TCP model (``network.model: tcp``); ``None``: the message-retry model.
 
     Attributes
     ----------
@@ -73,10 +80,28 @@ class LinkEmulator:
     retry_interval: float = 5.0
     max_retries: int = 10
     config: str = ""
+    tcp: TcpModel | None = None
     lost: int = field(default=0, init=False)
     gave_up: int = field(default=0, init=False)
+    _conn: TcpConnection | None = field(default=None, init=False, repr=False)
 
-    def _fate(self, nbytes: int, qos: int, now: float) -> float | None:
+    def __post_init__(self) -> None:
+        if self.tcp is not None:
+            self._conn = TcpConnection(self.tcp)
+
+    def _draw(self) -> float:
+        return float(self.rng.random())
+
+    def _fate(self, nbytes: int, qos: int, now: float, up: bool) -> float | None:
+        if self._conn is not None:
+            latency = self.link.latency.sample(self.rng)  # type: ignore[union-attr]
+            if self.link.jitter is not None:
+                latency += self.link.jitter.sample(self.rng)
+            d = self._conn.delay(self.link, nbytes, now, up, qos, latency, self._draw)
+            if d < 0:  # the session closed under a QoS 0 message
+                self.gave_up += 1
+                return None
+            return d
         waited = 0.0
         for _ in range(self.max_retries + 1 if qos else 1):
             t = now + waited
@@ -89,11 +114,11 @@ class LinkEmulator:
 
     def outbound(self, topic: str, nbytes: int, qos: int, now: float) -> float | None:
         """Delay in seconds before a PUBLISH of the node leaves, or ``None``: lost."""
-        return self._fate(nbytes, qos, now) if topic == self.up else 0.0
+        return self._fate(nbytes, qos, now, True) if topic == self.up else 0.0
 
     def inbound(self, topic: str, nbytes: int, qos: int, now: float) -> float | None:
         """Delay before a delivered message reaches the node, or ``None``: lost."""
-        return self._fate(nbytes, qos, now) if topic in (self.down, self.config) else 0.0
+        return self._fate(nbytes, qos, now, False) if topic in (self.down, self.config) else 0.0
 
 
 def link_emulators(fed: Federation) -> dict[str, LinkEmulator]:
@@ -122,6 +147,8 @@ def link_emulators(fed: Federation) -> dict[str, LinkEmulator]:
                     d.loss,
                 )
             )
+    transport = fed.sim.engine.transport
+    tcp = None if transport is None else transport.model
     out: dict[str, LinkEmulator] = {}
     for k, (node, parent) in enumerate(sorted(fed.parents.items())):
         tier = fed.tiers[node]
@@ -135,5 +162,6 @@ def link_emulators(fed: Federation) -> dict[str, LinkEmulator]:
             rng=np.random.default_rng([sc.seed, 7, k]),
             retry_interval=fed.sim.engine.retry_interval,
             max_retries=fed.sim.engine.max_retries,
+            tcp=tcp,
         )
     return out

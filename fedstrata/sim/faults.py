@@ -32,7 +32,18 @@ from fedstrata.sim.state import Availability, NodeState
 if TYPE_CHECKING:
     from fedstrata.sim.kernel import Simulation
 
-__all__ = ["Faults", "MarkovAvailability", "TraceAvailability"]
+__all__ = ["Faults", "MarkovAvailability", "TraceAvailability", "fault_stream"]
+
+
+def fault_stream(kind: str, node_id: str) -> str:
+    """Name of the random stream of fault ``kind`` at ``node_id`` (e.g. ``dropout/c17``).
+
+    The simulator seeds each node's ``dropout`` and ``availability`` draws from
+    :func:`~fedstrata.sim.state.stream` under this name; a run over a real broker
+    takes the same names (:mod:`fedstrata.scenarios.fault_plan`) to draw the same
+    faults.
+    """
+    return f"{kind}/{node_id}"
 
 
 #: Grid indices are ``floor(t * (_UP / step) + 1e-9)``: the relative slack (2^-48, about
@@ -528,7 +539,7 @@ class Faults:
         (see :class:`MarkovAvailability`).
         """
         ns = self._sim.node_state(node_id)
-        rng = self._sim.rng(f"availability/{node_id}")
+        rng = self._sim.rng(fault_stream("availability", node_id))
         ns.avail = MarkovAvailability(
             p_on_to_off, p_off_to_on, step, rng, start_online=start_online
         )
@@ -570,4 +581,4 @@ class Faults:
         for ns in self._states(node_ids):
             ns.dropout_p = p
             ns.dropout_suffix = topic_suffix
-            ns.dropout_draw = Sampler(self._sim.rng(f"dropout/{ns.node_id}").random)
+            ns.dropout_draw = Sampler(self._sim.rng(fault_stream("dropout", ns.node_id)).random)

@@ -174,7 +174,7 @@ def summarize(engine: Engine, now: float) -> dict[str, Any]:
         "ip_bytes": None
         if engine.transport is None
         else {"up": ip_up, "down": ip_down, "total": ip_up + ip_down},
-        "connections_closed": sum(p.breaks for p in ports),
+        "connections_closed": sum(p.conn.breaks for p in ports if p.conn is not None),
         "virtual_time": now,
         "nodes": len(engine.nodes),
         "finished": len(engine.results),

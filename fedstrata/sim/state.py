@@ -22,7 +22,7 @@ import numpy as np
 from simpy.events import Event
 
 from fedstrata.sim.links import Link, Sampler
-from fedstrata.sim.tcp import TcpModel
+from fedstrata.sim.tcp import TcpConnection, TcpModel
 
 if TYPE_CHECKING:
     from fedstrata.mqtt import Will
@@ -185,23 +185,18 @@ class Port:
         "_seed",
         "ack_down_bytes",
         "ack_up_bytes",
-        "breaks",
         "broker",
+        "conn",
         "down_bytes",
         "down_msgs",
-        "free_down",
-        "free_up",
         "ip_down",
         "ip_up",
-        "last_down",
-        "last_up",
         "lat_buf",
         "link",
         "mode",
         "name",
         "ns",
         "spb",
-        "tcp",
         "up_bytes",
         "up_msgs",
         "wire",
@@ -219,15 +214,11 @@ class Port:
         self.broker = broker
         self.name = f"link/{ns.node_id}/{broker.site}"
         self._seed = seed
-        self.tcp = tcp
         self.up_bytes = self.up_msgs = self.down_bytes = self.down_msgs = 0
         self.ack_up_bytes = self.ack_down_bytes = 0
         # IP-level bytes (TCP/IP headers and ACKs included) by direction of travel.
         self.ip_up = self.ip_down = 0
-        # The TCP connection, by direction: when its sender is free again and when its
-        # last message arrived (a connection delivers in order); breaks: closed sessions.
-        self.free_up = self.free_down = self.last_up = self.last_down = 0.0
-        self.breaks = 0
+        self.conn = None if tcp is None else TcpConnection(tcp)
         self._rngs: dict[str, np.random.Generator] = {}
         self._models: tuple[object, object] = (None, None)
         self.lat_buf = array("d")  # 8 B per draw: a list of floats takes 32
@@ -313,68 +304,18 @@ class Port:
             d += nbytes * (self.spb if bw == link.bandwidth_bps else 8.0 / bw)
         return d
 
-    def tcp_delay(self, nbytes: int, segments: int, now: float, up: bool, qos: int) -> float:
-        """Return the delay of ``nbytes`` (in ``segments``) sent at ``now``, or :data:`OUTAGE`.
+    def tcp_delay(self, nbytes: int, now: float, up: bool, qos: int) -> float:
+        """Return the delay of ``nbytes`` sent at ``now`` on this connection, or :data:`OUTAGE`.
 
-        See :mod:`fedstrata.sim.tcp` for the model. The connection serialises
-        its messages (a message waits until the previous one has left) and
-        delivers them in order. :data:`OUTAGE` means the connection was closed
-        under a QoS 0 message (lost); a QoS 1 one is redelivered after the
-        reconnection, which the delay includes.
+        See :class:`~fedstrata.sim.tcp.TcpConnection`: one latency draw (jitter
+        added) per message, loss draws from the link's loss stream.
         """
-        link, tcp = self.link, self.tcp
-        assert link is not None
-        assert tcp is not None
-        if link.windows:
-            factor, extra, bw, loss, down = link.conditions(now)
-        else:
-            factor, extra, bw, loss, down = 1.0, 0.0, link.bandwidth_bps, link.loss, False
         buf = self.lat_buf
         lat = buf.pop() if buf else self.refill()
         if self._jit is not None:
             lat += self._jit()
-        if factor != 1.0 or extra:
-            lat = lat * factor + extra
-        rtt = 2.0 * lat
-        start = self._after_outage(now, rtt, qos) if down else now
-        if start < 0:
-            return OUTAGE
-        free = self.free_up if up else self.free_down
-        if free > start:
-            start = free
-        wire_bits = (nbytes + segments * tcp.header) * 8
-        serial = 0.0 if bw is None else wire_bits / bw
-        arrive = start + lat
-        if loss or (rtt > 0 and segments > tcp.initial_window):
-            arrive += tcp.transfer(nbytes, bw, rtt, loss)
-            if loss:
-                seg_time = 0.0 if bw is None else (tcp.mss + tcp.header) * 8 / bw
-                arrive += tcp.loss_delay(nbytes, rtt, loss, seg_time, self._loss_draw)
-        else:
-            arrive += serial
-        last = self.last_up if up else self.last_down
-        if arrive < last:
-            arrive = last
-        if up:
-            self.free_up, self.last_up = start + serial, arrive
-        else:
-            self.free_down, self.last_down = start + serial, arrive
-        return arrive - now
-
-    def _after_outage(self, now: float, rtt: float, qos: int) -> float:
-        """When a message sent into an outage at ``now`` leaves; -1 if the session lost it.
-
-        TCP resends at its back-off instants; a connection silent too long closes,
-        and a QoS 1 message then waits for the reconnection (two handshakes).
-        """
-        link, tcp = self.link, self.tcp
-        up_at = link.up_at(now)  # type: ignore[union-attr]
-        if up_at != math.inf and not tcp.breaks(up_at - now):  # type: ignore[union-attr]
-            return tcp.outage_wait(rtt, now, up_at)  # type: ignore[union-attr]
-        self.breaks += 1
-        if not qos or up_at == math.inf:
-            return -1.0
-        return up_at + 2.0 * rtt
+        d = self.conn.delay(self.link, nbytes, now, up, qos, lat, self._loss_draw)  # type: ignore[union-attr, arg-type]
+        return OUTAGE if d < 0 else d
 
 
 class Hop(Event):

@@ -52,10 +52,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fedstrata.errors import ValidationError
 
-__all__ = ["RTO_MAX", "TcpModel"]
+if TYPE_CHECKING:
+    from fedstrata.sim.links import Link
+
+__all__ = ["RTO_MAX", "TcpConnection", "TcpModel"]
 
 #: Linux's minimum timer granularity added to a multi-segment tail loss probe (2 jiffies).
 _TLP_SLACK = 0.002
@@ -129,8 +133,9 @@ class TcpModel:
         n = self.segments(nbytes)
         seg_bits = (self.mss + self.header) * 8
         rate = math.inf if bandwidth_bps is None else bandwidth_bps
-        if loss > 0 and rtt > 0 and n > self.initial_window:
-            rate = min(rate, math.sqrt(1.5) * seg_bits / (rtt * math.sqrt(loss)))
+        per_loss = rtt * math.sqrt(loss)
+        if per_loss > 0 and n > self.initial_window:
+            rate = min(rate, math.sqrt(1.5) * seg_bits / per_loss)
         if rtt <= 0 or n <= self.initial_window:
             return 0.0 if rate == math.inf else (nbytes + n * self.header) * 8 / rate
         window_limit = rate * rtt / seg_bits  # segments per round trip the rate allows
@@ -195,3 +200,91 @@ class TcpModel:
     def breaks(self, silent_s: float) -> bool:
         """Return whether a connection silent for ``silent_s`` seconds is closed by the broker."""
         return silent_s > 1.5 * self.keepalive
+
+
+class TcpConnection:
+    """One node's TCP connection to its broker: when each direction is free, and in order.
+
+    The state a connection carries between messages: a message leaves when the
+    one before it in the same direction has left, and arrives no earlier than
+    that one (TCP delivers in order). ``breaks`` counts sessions closed under
+    a message (a long outage).
+
+    Parameters
+    ----------
+    model
+        The TCP parameters.
+
+    """
+
+    __slots__ = ("breaks", "free_down", "free_up", "last_down", "last_up", "model")
+
+    def __init__(self, model: TcpModel) -> None:
+        self.model = model
+        self.free_up = self.free_down = self.last_up = self.last_down = 0.0
+        self.breaks = 0
+
+    def delay(
+        self,
+        link: Link,
+        nbytes: int,
+        now: float,
+        up: bool,
+        qos: int,
+        latency: float,
+        draw: Callable[[], float],
+    ) -> float:
+        """Return the delay of ``nbytes`` sent at ``now`` over ``link``, or ``-1``: lost.
+
+        ``latency`` is the one-way latency drawn for this message (jitter
+        included, before the link's degradation windows, which are applied
+        here); ``draw()`` gives the link's loss draws. A message is lost only
+        when its session closes under it (QoS 0); a QoS 1 one is redelivered
+        after the reconnection, which the delay includes.
+        """
+        tcp = self.model
+        if link.windows:
+            factor, extra, bw, loss, down = link.conditions(now)
+            if factor != 1.0 or extra:
+                latency = latency * factor + extra
+        else:
+            bw, loss, down = link.bandwidth_bps, link.loss, False
+        rtt = 2.0 * latency
+        start = self._after_outage(link, now, rtt, qos) if down else now
+        if start < 0:
+            return -1.0
+        free = self.free_up if up else self.free_down
+        if free > start:
+            start = free
+        segments = -(-nbytes // tcp.mss) or 1
+        serial = 0.0 if bw is None else (nbytes + segments * tcp.header) * 8 / bw
+        arrive = start + latency
+        if loss or (rtt > 0 and segments > tcp.initial_window):
+            arrive += tcp.transfer(nbytes, bw, rtt, loss)
+            if loss:
+                seg_time = 0.0 if bw is None else (tcp.mss + tcp.header) * 8 / bw
+                arrive += tcp.loss_delay(nbytes, rtt, loss, seg_time, draw)
+        else:
+            arrive += serial
+        last = self.last_up if up else self.last_down
+        if arrive < last:
+            arrive = last
+        if up:
+            self.free_up, self.last_up = start + serial, arrive
+        else:
+            self.free_down, self.last_down = start + serial, arrive
+        return arrive - now
+
+    def _after_outage(self, link: Link, now: float, rtt: float, qos: int) -> float:
+        """When a message sent into an outage at ``now`` leaves; -1 if the session lost it.
+
+        TCP resends at its back-off instants; a connection silent too long closes,
+        and a QoS 1 message then waits for the reconnection (two handshakes).
+        """
+        up_at = link.up_at(now)
+        if up_at != math.inf and not self.model.breaks(up_at - now):
+            return self.model.outage_wait(rtt, now, up_at)
+        self.breaks += 1
+        if not qos or up_at == math.inf:
+            return -1.0
+        return up_at + 2.0 * rtt

@@ -77,7 +77,7 @@ class TcpTransport:
         eng.tier_bytes[port.ns.tier] += size
         if eng.events is not None:
             eng._log_msg("send", hop, size, hop.tries > 0)
-        d = port.tcp_delay(size, segments, now, up, q)
+        d = port.tcp_delay(size, now, up, q)
         if d < 0:  # the connection closed under a QoS 0 message
             eng.drop(port.ns, "outage", hop)
             return

@@ -45,7 +45,11 @@ def test_emulated_partition_and_degradation_match_the_simulator(mosquitto):
         "  partitions: [{nodes: [client-2], start: 0, end: 1000}]\n"
         "  degradations: [{nodes: [client-1], start: 0, end: 1000, extra_latency_s: 0.2}]\n"
     )
-    sc = parse_scenario(SCENARIO.format(latency=0.05, deadline=1.5, faults=faults))
+    # message-retry: a partition loses every transmission sent inside it
+    sc = parse_scenario(
+        SCENARIO.format(latency=0.05, deadline=1.5, faults=faults)
+        + "network: {model: message-retry}\n"
+    )
     fed_sim, s_sim, rows_sim = simulate(sc)
     fed, s, rows = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=60, emulate_links=True)
     key = lambda r: (r["round"], r["phase"], r["participants"], r.get("objective"))  # noqa: E731
@@ -57,3 +61,19 @@ def test_emulated_partition_and_degradation_match_the_simulator(mosquitto):
     # the same transmissions lost to the partition on both transports
     assert s["emulated_links"]["lost"] == s_sim["messages_dropped"] > 0
     assert not any("partitions" in w for w in s["warnings"])
+
+
+def test_emulated_tcp_partition_closes_the_session_as_in_the_simulator(mosquitto):
+    # tcp (the default): a partition longer than 1.5 keep-alives closes client-2's
+    # session; nothing is lost to loss, QoS 1 waits for the reconnection after 1000 s
+    faults = "faults:\n  partitions: [{nodes: [client-2], start: 0, end: 1000}]\n"
+    sc = parse_scenario(SCENARIO.format(latency=0.05, deadline=1.5, faults=faults))
+    fed_sim, s_sim, rows_sim = simulate(sc)
+    fed, s, rows = mqtt_run(sc, mosquitto.host, mosquitto.port, timeout_s=60, emulate_links=True)
+    key = lambda r: (r["round"], r["phase"], r["participants"], r.get("objective"))  # noqa: E731
+    assert [r["participants"] for r in rows_sim] == [2, 2, 2, 2]
+    assert [key(r) for r in rows] == [key(r) for r in rows_sim]
+    np.testing.assert_array_equal(fed.final_labels, fed_sim.final_labels)
+    assert s_sim["network"]["model"] == "tcp"
+    assert s_sim["network"]["connections_closed"] > 0
+    assert s_sim["messages_dropped"] == 0 and s["emulated_links"]["lost"] == 0

@@ -25,6 +25,7 @@ about 0.05 ms of round trip).
     sudo python benchmarks/netns_validation.py [--smoke] [--scenarios flat,fog,mfeat]
         [--out DIR] [--before-ref REF]
     sudo python benchmarks/netns_validation.py --tcp-probe   # one message's cost of a loss
+    sudo python benchmarks/netns_validation.py --cleanup     # remove what a killed run left
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from fedstrata.netlab.cleanup import remove_leftovers
 from fedstrata.netlab.compare import network_added, quantiles, round_durations
 from fedstrata.netlab.lab import Lab
 from fedstrata.netlab.measure import Measured, measure, shaped, sim_wire_bytes
+from fedstrata.netlab.runner import SubprocessRunner
 from fedstrata.netlab.simrun import network_key_supported, simulate_file, source_tree
 
 SCENARIOS = {
@@ -270,7 +273,14 @@ def main() -> int:
     p.add_argument("--out", help="where the runs go (default: a new temporary folder)")
     p.add_argument("--before-ref", default="HEAD", help="git ref of the 'before' simulator")
     p.add_argument("--tcp-probe", action="store_true", help="time single messages under loss")
+    p.add_argument("--cleanup", action="store_true", help="only remove dead labs' namespaces")
     args = p.parse_args()
+    # namespaces of labs killed by SIGKILL (their fsl-<pid>- names a dead process)
+    removed = remove_leftovers(SubprocessRunner())
+    if removed or args.cleanup:
+        print(f"# removed leftovers of dead labs: {removed or 'none'}")
+    if args.cleanup:
+        return 0
     return tcp_probe(args) if args.tcp_probe else run_grid(args)
 
 

@@ -497,6 +497,16 @@ class NodeRunner:
                         await self._clear()
         return self.result
 
+    async def forget_session(self) -> None:
+        """Remove the session the broker keeps for this client id, if any (never raises).
+
+        A restarted incarnation of a crashed node calls it before :meth:`run`: it starts
+        without the old subscriptions and queued messages, as a fresh process would.
+        """
+        with contextlib.suppress(aiomqtt.MqttError, OSError, TimeoutError):
+            async with asyncio.timeout(5.0):
+                await self._clear()
+
     def abort(self) -> None:
         """Crash on purpose (fault injection): drop the connection and stop.
 

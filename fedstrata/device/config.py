@@ -17,6 +17,7 @@
       - {view: 1, path: data/local.npz, key: x1}
     out: records/client-3       # where the node writes node.json and its results
     timeout_s: 3600             # optional wall-clock limit
+    faults: inject              # the scenario's crashes, dropouts, availability [inject|ignore]
     signing:                    # required (unless insecure: true)
       key: keys/client-3.key    # this node's Ed25519 seed (mode 0600)
       public_keys: keys/public-keys.json   # every node's public key
@@ -45,6 +46,11 @@ node unsigned, which anyone who can publish on the broker can then impersonate; 
 scenario with ``privacy.sign: true`` cannot run insecure. Every node of a deployment
 must make the same choice: a signing node rejects unsigned messages (``unsigned``)
 and an insecure node cannot read signed ones.
+
+``faults: inject`` (the default) injects the scenario's crashes, dropouts and
+availability for this node, from the schedule the simulator draws under the
+scenario's seed (:mod:`fedstrata.scenarios.fault_inject`): a study moves to hardware
+unchanged. ``faults: ignore`` runs the device without them (a warning says so).
 
 ``view_dims`` gives the feature count of every view of the federation. Every node
 needs them; by default they are read from the scenario's dataset (generated or
@@ -183,6 +189,7 @@ class NodeSpec(_Strict):
     timeout_s: Annotated[float, Field(gt=0.0, le=MAX_SECONDS)] | None = None
     signing: SigningSpec | None = None
     insecure: bool = False
+    faults: Literal["inject", "ignore"] = "inject"
 
 
 @dataclass(frozen=True, eq=False)
@@ -221,6 +228,8 @@ class NodeConfig:
         Signs and verifies its messages, or ``None`` (``insecure``).
     insecure
         Whether node.yaml said ``insecure: true`` (unsigned messages).
+    faults
+        ``inject`` (the scenario's node faults for this node) or ``ignore``.
     warnings
         Things worth knowing that do not stop the node.
     """
@@ -246,6 +255,7 @@ class NodeConfig:
     seal: Seal | None = None
     warnings: tuple[str, ...] = ()
     insecure: bool = False
+    faults: str = "inject"
 
     @property
     def n_samples(self) -> int:
@@ -625,11 +635,7 @@ def _load(p: Path, file: str) -> NodeConfig:
     assert dims is not None
     assert endpoint is not None
 
-    ignored = sc.faults.kinds()
-    if ignored:
-        warnings.append(
-            f"the scenario's faults are not injected on a device; ignored: {', '.join(ignored)}"
-        )
+    warnings.extend(_fault_warnings(sc, spec.faults))
     return NodeConfig(
         file=p,
         scenario=sc,
@@ -652,6 +658,22 @@ def _load(p: Path, file: str) -> NodeConfig:
         seal=seal,
         warnings=tuple(warnings),
         insecure=spec.insecure,
+        faults=spec.faults,
+    )
+
+
+def _fault_warnings(sc: Scenario, mode: str) -> list[str]:
+    """The scenario's faults a device leaves out: all with ``ignore``, else the link ones."""
+    link = mode == "inject"  # a device injects node faults; link faults act on the network
+    left = [k for k in sc.faults.kinds() if not link or k in ("partitions", "degradations")]
+    why = "link faults act on the network" if link else "faults: ignore"
+    return (
+        [
+            f"the scenario's faults are not injected on this device ({why}); ignored: "
+            + ", ".join(left)
+        ]
+        if left
+        else []
     )
 
 

@@ -75,7 +75,7 @@ from fedstrata.analysis.records import (
     write_rounds,
     write_summary,
 )
-from fedstrata.broker.runner import NodeRunner, RunLog, probe_broker
+from fedstrata.broker.runner import RunLog, probe_broker
 from fedstrata.device.build import DeviceNode, scenario_digest
 from fedstrata.device.config import NodeConfig
 from fedstrata.errors import TransportError
@@ -84,6 +84,9 @@ from fedstrata.nodes.aggregator import RunStatus
 from fedstrata.nodes.algorithm import Algorithm
 from fedstrata.plugins.spec import model_arrays_of
 from fedstrata.scenarios.build import model_of
+from fedstrata.scenarios.fault_inject import AnyRunner, fault_counts, runner_with_faults
+from fedstrata.scenarios.fault_plan import fault_plan
+from fedstrata.scenarios.fault_report import fault_row
 from fedstrata.scenarios.mqtt_nodes import idle_timeout_s, parent_topics
 from fedstrata.version import __version__
 
@@ -190,7 +193,7 @@ def _model_arrays(
     return arrays
 
 
-async def _stop(task: asyncio.Task[Any], runner: NodeRunner) -> None:
+async def _stop(task: asyncio.Task[Any], runner: AnyRunner) -> None:
     """Cancel the runner (it disconnects cleanly); if it does not stop, drop the connection."""
     for _ in range(3):
         task.cancel()
@@ -246,7 +249,7 @@ class _Signals:
     when SIGTERM would kill the process with its default action.
     """
 
-    def __init__(self, runner: NodeRunner) -> None:
+    def __init__(self, runner: AnyRunner) -> None:
         self.runner = runner
         self.received: list[str] = []
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -322,7 +325,7 @@ async def _probe(cfg: NodeConfig, mqtt_log: _MqttLog) -> str | None:
 
 async def _serve(
     cfg: NodeConfig,
-    runner: NodeRunner,
+    runner: AnyRunner,
     signals: _Signals,
     mqtt_log: _MqttLog,
     on_connected: Callable[[], None] | None = None,
@@ -380,7 +383,7 @@ async def _connect(
     return bool(received), problem
 
 
-async def _drive(cfg: NodeConfig, runner: NodeRunner, received: list[str]) -> None:
+async def _drive(cfg: NodeConfig, runner: AnyRunner, received: list[str]) -> None:
     """Run the node until it ends, its time is up or a signal came; a node's bug is raised."""
     runner.log.t0 = time.monotonic()
     task = asyncio.create_task(runner.run(), name=f"node-{cfg.node_id}")
@@ -398,7 +401,7 @@ async def _drive(cfg: NodeConfig, runner: NodeRunner, received: list[str]) -> No
             raise exc
 
 
-def _end_of(cfg: NodeConfig, runner: NodeRunner) -> tuple[str, str] | None:
+def _end_of(cfg: NodeConfig, runner: AnyRunner) -> tuple[str, str] | None:
     """How the node itself ended (finished, crashed, lost its parent), or ``None``."""
     if runner.finished:
         return "finished", ""
@@ -482,7 +485,7 @@ def _base_record(
 def _finish_record(
     cfg: NodeConfig,
     device: DeviceNode,
-    runner: NodeRunner,
+    runner: AnyRunner,
     record: dict[str, Any],
     status: str,
     reason: str,
@@ -495,6 +498,10 @@ def _finish_record(
     record["traffic"] = {**asdict(t), "reconnects": t.reconnects}
     record["reconnects"] = t.reconnects
     record["failure"] = runner.failure
+    counts = fault_counts(runner)
+    if counts is not None:  # what the scenario's faults did to this node
+        record["faults_injected"] = fault_row(counts)
+        record["crashed"] = counts.crashes
     refused = Counter(r["fields"]["reason"] for r in records if r["kind"] == "rejected")
     record["rejected"] = dict(sorted(refused.items()))  # messages refused, by reason
     if device.role == "root":
@@ -591,11 +598,14 @@ def run_node(
     _refuse_finished(cfg.out)  # before anything is built or connected
     device = cfg.build()
     heard_on = parent_topics(device.node)  # the root has no parent: no idle limit
-    runner = NodeRunner(
+    faults = fault_plan(cfg.scenario).of(cfg.node_id) if cfg.faults == "inject" else None
+    runner = runner_with_faults(
         device.node,
-        cfg.endpoint,
+        faults,
+        device.node.protocol.qos,
+        RunLog(),
+        broker=cfg.endpoint,
         tier=device.tier,
-        log=RunLog(),
         client_id=f"fs-{cfg.run}-{cfg.node_id}",
         protocol=cfg.mqtt_protocol,
         presence=presence_topic(cfg.run, cfg.node_id),

@@ -29,12 +29,14 @@ from typing import Any
 
 import fedstrata.registry  # noqa: F401  (the composition root: registers plug-ins and kinds)
 from fedstrata.broker.endpoint import Endpoint
-from fedstrata.broker.runner import NodeRunner, RunLog, Traffic
+from fedstrata.broker.runner import RunLog, Traffic
 from fedstrata.errors import FedstrataError, TransportError
 from fedstrata.mqtt import presence_topic
 from fedstrata.nodes.sealing import RunKeys
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.emulate import LinkEmulator, link_emulators
+from fedstrata.scenarios.fault_inject import FaultCounts, fault_counts, runner_with_faults
+from fedstrata.scenarios.fault_plan import fault_plan
 from fedstrata.scenarios.orchestrate import counting_warnings
 from fedstrata.scenarios.schema import Scenario
 
@@ -75,6 +77,8 @@ class NodeOutcome:
     idled_out: str | None = None
     #: Messages it published again after reconnecting to the broker.
     republished: int = 0
+    #: What the scenario's injected faults did to it (``None``: none were injected).
+    faults: FaultCounts | None = None
 
 
 @dataclass
@@ -159,22 +163,30 @@ def make_runners(
     links: dict[str, LinkEmulator] | None = None,
     only: list[str] | None = None,
     log: RunLog | None = None,
-) -> tuple[RunLog, dict[str, NodeRunner]]:
-    """One runner per node of the federation (or of ``only``), sharing one run log."""
+) -> tuple[RunLog, dict[str, Any]]:
+    """One runner per node of the federation (or of ``only``), sharing one run log.
+
+    A node with faults in the scenario's :func:`~fedstrata.scenarios.fault_plan.fault_plan`
+    (under the run's seed) gets a runner that injects them
+    (:func:`~fedstrata.scenarios.fault_inject.runner_with_faults`).
+    """
     run = fed.protocol.run
     links = links or {}
     log = log if log is not None else RunLog()
     nodes = fed.sim.engine.nodes
     idle = idle_timeout_s(fed.scenario)
+    plan = fault_plan(fed.scenario, fed.sim.seed)
     runners = {}
     for nid in only if only is not None else list(nodes):
         node = nodes[nid].node
         heard_on = parent_topics(node)  # the root has no parent: no idle limit
-        runners[nid] = NodeRunner(
+        runners[nid] = runner_with_faults(
             node,
-            broker_of[nid],
+            plan.of(nid),
+            fed.protocol.qos,
+            log,
+            broker=broker_of[nid],
             tier=fed.tiers[nid],
-            log=log,
             client_id=f"fs-{run}-{nid}",
             protocol=protocol,
             presence=presence_topic(run, nid),  # last will there, b"online" on connect
@@ -186,7 +198,7 @@ def make_runners(
 
 
 def outcomes_of(
-    fed: Federation, runners: dict[str, NodeRunner], links: dict[str, LinkEmulator] | None
+    fed: Federation, runners: dict[str, Any], links: dict[str, LinkEmulator] | None
 ) -> dict[str, NodeOutcome]:
     """The :class:`NodeOutcome` of every runner."""
     links = links or {}
@@ -204,13 +216,14 @@ def outcomes_of(
             r.crashed_at,
             r.idled_out,
             r.republished,
+            fault_counts(r),
         )
         for nid, r in runners.items()
     }
 
 
 async def run_share(
-    runners: dict[str, NodeRunner],
+    runners: dict[str, Any],
     root_id: str,
     log: RunLog,
     timeout_s: float,

@@ -12,10 +12,23 @@ Differences from a simulated run:
 * clocks are wall-clock seconds since the run started: ``wall_time_s`` in the
   summary, and the ``virtual_time_s`` column of ``rounds.csv`` holds the node's
   wall clock;
-* the scenario's ``faults`` are not injected (a warning in the summary says so),
-  and its links are not emulated unless asked (``emulate_links``: delay, bandwidth,
-  loss, partitions and degradations, in userspace; ``emulated_links`` in the
-  summary counts the transmissions they lost and the messages given up);
+* the scenario's node faults are injected from the schedule the simulator draws
+  (:mod:`fedstrata.scenarios.fault_plan`, under the run's seed; how each is
+  carried out: :mod:`fedstrata.scenarios.fault_inject`), at the same seconds since
+  the run started: a **crash** drops the node's TCP connection without a DISCONNECT
+  (the broker publishes its will) and discards its memory, timers and pending
+  effects; ``restart_after`` later a fresh incarnation connects on a clean session
+  and gets ``Started``. A **dropout** suppresses a ``/down`` delivery by the node's
+  own dropout draws, in the simulator's order. **Availability** (the simulator's
+  Markov chain on the node's stream) hands an offline node nothing: deliveries are
+  dropped (QoS 1 ones come again every 5 s, as the simulator's broker resends
+  them), timers and ``Started`` wait until it is back. ``faults_injected`` in the
+  summary counts what they did; ``crashed`` lists the crashes as the simulator
+  does, and the ``dropped`` block's network part the deliveries suppressed
+  (``dropout``, ``offline``). The link faults (partitions, degradations) are applied
+  only with ``emulate_links`` (delay, bandwidth, loss, partitions and degradations,
+  in userspace; ``emulated_links`` in the summary counts the transmissions they
+  lost and the messages given up); without it a warning says they were ignored;
 * every node reaches the broker over TCP, so the root's and the aggregators'
   PUBLISH packets count too (the simulator co-locates each aggregator with its
   broker, so its hops carry no wire bytes);
@@ -56,19 +69,16 @@ from typing import Any
 
 from fedstrata.broker.endpoint import Endpoint
 from fedstrata.broker.launcher import PrivateBroker
-from fedstrata.broker.runner import NodeRunner, RunLog, clear_retained, probe_broker
+from fedstrata.broker.runner import RunLog, clear_retained, probe_broker
 from fedstrata.broker.sysstats import SYS_NOTE, BackgroundSysMonitor
 from fedstrata.errors import FedstrataError, ValidationError
 from fedstrata.mqtt import PROTOCOL_MQTT311
 from fedstrata.nodes.sealing import RunKeys
 from fedstrata.scenarios.build import Federation, build_federation
 from fedstrata.scenarios.emulate import link_emulators
-from fedstrata.scenarios.mqtt_counters import (
-    crashed_nodes,
-    link_losses,
-    mqtt_volume,
-    presence_traffic,
-)
+from fedstrata.scenarios.fault_plan import LINK_FAULTS
+from fedstrata.scenarios.fault_report import crash_list, faults_injected, network_drops
+from fedstrata.scenarios.mqtt_counters import mqtt_volume, presence_traffic
 from fedstrata.scenarios.mqtt_nodes import (
     Execution,
     ensure_open_files,
@@ -99,12 +109,17 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def _faults_ignored(sc: Scenario, emulate_links: bool) -> str | None:
-    emulated = ("partitions", "degradations") if emulate_links else ()
-    kinds = [k for k in sc.faults.kinds() if k not in emulated]
+    """The warning for the faults this run leaves out: link faults without emulation.
+
+    Crashes, dropouts and availability are always injected (:mod:`fault_inject`).
+    """
+    kinds = [] if emulate_links else [k for k in sc.faults.kinds() if k in LINK_FAULTS]
     if not kinds:
         return None
-    hint = "" if emulate_links else " (--emulate-links applies partitions and degradations)"
-    return f"faults are not injected over MQTT; ignored: {', '.join(kinds)}{hint}"
+    return (
+        f"link faults are not injected over MQTT without --emulate-links; ignored: "
+        f"{', '.join(kinds)} (crashes, dropouts and availability are injected)"
+    )
 
 
 def run_keys(
@@ -154,7 +169,7 @@ _make_runners = make_runners
 async def _run_nodes(
     fed: Federation,
     log: RunLog,
-    runners: dict[str, NodeRunner],
+    runners: dict[str, Any],
     timeout_s: float,
     progress: Callable[[int, float], None] | None = None,
 ) -> tuple[bool, float]:
@@ -317,8 +332,8 @@ class MqttTransport:
             records,
             results,
             self._notes(fed, ex, caught),
-            crashed_nodes(outcomes),
-            link_losses(outcomes),
+            crash_list(outcomes),
+            network_drops(outcomes),
             ex.wall,
             signing_report(self.keys),
             counters=self._counters(fed, ex, cleared),
@@ -380,6 +395,7 @@ class MqttTransport:
             "broker_sys": broker_sys,
             "broker_sys_reason": broker_sys_reason,
             "republished": sum(o.republished for o in outcomes),
+            "faults_injected": faults_injected(ex.outcomes),
         }
 
 

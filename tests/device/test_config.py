@@ -111,7 +111,7 @@ def test_unknown_and_missing_keys(site):
     assert problems("scenario: fed.yaml\nnode: cloud\nbrokr: {url: 'mqtt://b'}\nout: o\n") == [
         "node.yaml:1: broker: required key is missing",
         "node.yaml:3: brokr: unknown key; known keys: scenario, node, run, broker, data, "
-        "view_dims, out, timeout_s, signing, insecure",
+        "view_dims, out, timeout_s, signing, insecure, faults",
     ]
     assert problems(
         "scenario: fed.yaml\nnode: cloud\nbroker:\n  url: mqtt://b\n  tls: true\nout: o\n"

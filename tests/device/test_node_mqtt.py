@@ -213,7 +213,7 @@ def test_a_bad_config_exits_1_with_located_lines(tmp_path):
     assert res.stderr.splitlines() == [
         "node.yaml:1: broker: required key is missing",
         "node.yaml:3: brokr: unknown key; known keys: scenario, node, run, broker, data, "
-        "view_dims, out, timeout_s, signing, insecure",
+        "view_dims, out, timeout_s, signing, insecure, faults",
     ]
     (tmp_path / "node.yaml").write_text(
         (tmp_path / "node.yaml").read_text().replace("brokr", "broker")

@@ -32,7 +32,7 @@ from fedstrata.netlab.layout import Layout, plan_layout
 from fedstrata.scenarios.loader import load_scenario
 from fedstrata.scenarios.wiring import prepare_data
 
-__all__ = ["PORT", "Deployment", "deploy"]
+__all__ = ["PORT", "Deployment", "broker_config", "deploy", "prepare", "wait_nodes"]
 
 PORT = 1883
 """Every broker listens on this port in its own namespace."""
@@ -119,22 +119,31 @@ def _listening(dep: Deployment, node: str, peer: str | None = None) -> bool:
     return bool(out.strip())
 
 
+def broker_config(dep: Deployment, node: str) -> str:
+    """The Mosquitto configuration of ``node``'s broker: a middle aggregator's is bridged.
+
+    The bridge connects to the parent's broker at the parent's end of ``node``'s
+    uplink, so what the site exchanges with its parent crosses that link.
+    """
+    place = dep.layout.place(node)
+    bridge = None
+    if place.parent is not None:
+        parent = dep.layout.place(place.parent)
+        remote = f"{dep.uplink[node].upper_ip}:{PORT}"
+        bridge = bridge_text(node, remote, cloud_id=parent.node, cloud_tier=parent.tier)
+    return mosquitto_conf(node, port=PORT, bridge=bridge)
+
+
 def _start_brokers(dep: Deployment) -> None:
     exe = find_mosquitto()
+    (dep.folder / "brokers").mkdir(exist_ok=True)
     for node in dep.layout.brokers:
-        place = dep.layout.place(node)
-        bridge = None
-        if place.parent is not None:
-            parent = dep.layout.place(place.parent)
-            remote = f"{dep.uplink[node].upper_ip}:{PORT}"
-            bridge = bridge_text(node, remote, cloud_id=parent.node, cloud_tier=parent.tier)
         conf = dep.folder / "brokers" / f"{node}.conf"
-        conf.parent.mkdir(exist_ok=True)
-        conf.write_text(mosquitto_conf(node, port=PORT, bridge=bridge))
-        log = (dep.folder / "brokers" / f"{node}.log").open("w")
-        dep.brokers[node] = dep.lab.spawn(
-            dep.ns[node], [exe, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT
-        )
+        conf.write_text(broker_config(dep, node))
+        with (dep.folder / "brokers" / f"{node}.log").open("w") as log:
+            dep.brokers[node] = dep.lab.spawn(
+                dep.ns[node], [exe, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT
+            )
         _wait(lambda n=node: _listening(dep, n), f"the broker of {node}", 10)
     for node in dep.layout.brokers:  # a bridge connects once its parent listens
         link = dep.uplink.get(node)
@@ -146,16 +155,34 @@ def _start_nodes(dep: Deployment) -> None:
     exe = shutil.which("fedstrata") or str(Path(sys.executable).parent / "fedstrata")
     # the root last: its setup round then starts with every child already listening
     order = [p.node for p in reversed(dep.layout.places)]
+    (dep.folder / "logs").mkdir(exist_ok=True)
     for node in order:
-        out = (dep.folder / "logs").joinpath(f"{node}.txt")
-        out.parent.mkdir(exist_ok=True)
-        dep.nodes[node] = dep.lab.spawn(
-            dep.ns[node],
-            [exe, "node", "--config", dep.configs[node].name],
-            cwd=dep.folder,
-            stdout=out.open("w"),
-            stderr=subprocess.STDOUT,
-        )
+        with (dep.folder / "logs" / f"{node}.txt").open("w") as out:
+            dep.nodes[node] = dep.lab.spawn(
+                dep.ns[node],
+                [exe, "node", "--config", dep.configs[node].name],
+                cwd=dep.folder,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+
+def prepare(
+    lab: Lab, scenario: Path, folder: Path, run_id: str, timeout_s: float = 300
+) -> Deployment:
+    """Build ``scenario``'s network in ``lab`` and write every node's files; start nothing.
+
+    Parameters are those of :func:`deploy`.
+    """
+    if folder.exists() and any(folder.iterdir()):
+        # a finished node refuses an out folder holding a finished record (exit 2): the
+        # run would silently read the old records
+        raise ValidationError(f"{folder} is not empty: give each deployment a new folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    dep = Deployment(lab, folder, plan_layout(load_scenario(scenario)), run_id)
+    _build_network(dep)
+    _write_node_configs(dep, scenario, timeout_s)
+    return dep
 
 
 def deploy(
@@ -176,14 +203,7 @@ def deploy(
     timeout_s : float
         Each node's ``timeout_s``.
     """
-    if folder.exists() and any(folder.iterdir()):
-        # a finished node refuses an out folder holding a finished record (exit 2): the
-        # run would silently read the old records
-        raise ValidationError(f"{folder} is not empty: give each deployment a new folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    dep = Deployment(lab, folder, plan_layout(load_scenario(scenario)), run_id)
-    _build_network(dep)
-    _write_node_configs(dep, scenario, timeout_s)
+    dep = prepare(lab, scenario, folder, run_id, timeout_s)
     _start_brokers(dep)
     _start_nodes(dep)
     return dep

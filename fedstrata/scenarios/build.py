@@ -327,10 +327,15 @@ def build_federation(
     sim = Simulation(
         sc.seed, record_events=record_events, links=sc.network.model, tcp=tcp_model(sc)
     )
-    for name, group in tiers:
-        for node in group:
-            sim.add_broker(node, [group_prefix(protocol.run, name, node)])
     spec_of = {t.name: t for t in sc.topology.tiers}
+    for name, group in tiers:
+        mbps = sc.topology.cloud_access_mbps if name == "cloud" else spec_of[name].access_mbps
+        for node in group:
+            sim.add_broker(
+                node,
+                [group_prefix(protocol.run, name, node)],
+                access_bps=None if mbps is None else mbps * 1e6,
+            )
     for name, group in tiers:
         spec = spec_of.get(name)
         for node in group:

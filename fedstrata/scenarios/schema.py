@@ -99,6 +99,7 @@ from fedstrata.scenarios.fields import (
     Seconds,
     unit_schema,
 )
+from fedstrata.scenarios.network_schema import NetworkSpec, check_access
 from fedstrata.scenarios.protocol_schema import CompressionSpec, ProtocolSpec
 from fedstrata.scenarios.show import clip, describe_error, show, show_number
 from fedstrata.scenarios.units import to_mbps, to_seconds
@@ -128,7 +129,6 @@ __all__ = [
     "FaultsSpec",
     "LatencySpec",
     "LinkSpec",
-    "NetworkSpec",
     "OutputSpec",
     "PartitionFaultSpec",
     "PartitionSpec",
@@ -335,6 +335,8 @@ class TierSpec(_Strict):
     )
     deadline_s: PositiveSeconds | None = Field(None, description="(0, 1e9] s")
     link: LinkSpec = LinkSpec()
+    #: Each node's site access, shared by its children's links (``network.model: tcp``).
+    access_mbps: Mbps | None = None
     speed_gflops: Speed = 10.0
 
     def max_period(self) -> int:
@@ -358,6 +360,7 @@ class TopologySpec(_Strict):
     """Cloud, middle tiers top-down (at most 16), clients."""
 
     cloud_id: Ident = "cloud"
+    cloud_access_mbps: Mbps | None = None  # the cloud site's shared access, as a tier's
     tiers: list[TierSpec] = Field(default_factory=list, max_length=MAX_TIERS)
     clients: ClientsSpec = ClientsSpec()
 
@@ -522,37 +525,6 @@ class AvailabilitySpec(_Strict):
                 "takes p_off, p_on and step_s)"
             )
         return value
-
-
-class NetworkSpec(_Strict):
-    """How the simulator turns links into delivery times (see docs/network.md).
-
-    ``model: tcp`` (default): MQTT over TCP. A lost packet is retransmitted by TCP (a
-    tail loss probe or a retransmission timeout of at least ``rto_min_s``, doubling at
-    each further loss) and delays its message; large messages also lose throughput
-    under loss; a message is lost only when its connection closes (a partition longer
-    than 1.5 keep-alives, a crash), and a QoS 1 one is then redelivered on reconnect.
-    Each connection sends its messages in order, one after another. ``mss_bytes``
-    (``536 .. 65495``), ``initial_window`` (segments, ``1 .. 1000``) and ``rto_min_s``
-    (``0.001 .. 10``) are the TCP stack's; the defaults are Linux's.
-
-    ``model: message-retry``: the model of fedstrata 0.1, for studies that compare with
-    it: a lost message is lost whole and resent by its MQTT sender every 5 s, up to 10
-    times. The TCP keys do not apply to it and are refused there.
-    """
-
-    model: Literal["tcp", "message-retry"] = "tcp"
-    mss_bytes: Annotated[int, Field(ge=536, le=65495)] | None = None
-    initial_window: Annotated[int, Field(ge=1, le=1000)] | None = None
-    rto_min_s: Annotated[float, Field(ge=0.001, le=10.0)] | None = None
-
-    @model_validator(mode="after")
-    def _tcp_keys_only_for_tcp(self) -> NetworkSpec:
-        if self.model != "tcp":
-            for key in ("mss_bytes", "initial_window", "rto_min_s"):
-                if getattr(self, key) is not None:
-                    raise ValueError(f"{key} is a setting of model: tcp, not of {self.model}")
-        return self
 
 
 class FaultsSpec(_Strict):
@@ -1092,6 +1064,7 @@ class Scenario(_Strict):
             self._check_partition,
         ):
             check(fail)
+        check_access(self, fail)
         if errors:
             raise ScenarioErrors(errors)
         return self

@@ -11,6 +11,7 @@ topic pick the same broker.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from fedstrata.errors import ValidationError
 from fedstrata.mqtt import (
@@ -135,6 +136,9 @@ class SimBroker:
         self.subscriptions: TopicTree[Hashable] = TopicTree()
         self.retained: dict[str, Message] = {}
         self._wills: dict[Hashable, Will] = {}
+        #: The site's shared access link (:class:`~fedstrata.sim.fair_share.FairShare`
+        #: towards the broker, then from it), or ``None``: every connection is its own pipe.
+        self.access: tuple[Any, Any] | None = None
 
     def __repr__(self) -> str:
         return f"SimBroker({self.site!r}, serves={self.serves!r})"

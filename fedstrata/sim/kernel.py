@@ -52,6 +52,7 @@ from fedstrata.mqtt import Will
 from fedstrata.sim import lifecycle
 from fedstrata.sim.broker import SimBroker
 from fedstrata.sim.engine import Engine
+from fedstrata.sim.fair_share import FairShare
 from fedstrata.sim.faults import Faults
 from fedstrata.sim.links import Link
 from fedstrata.sim.log import summarize, write_jsonl
@@ -229,6 +230,7 @@ class Simulation:
         *,
         retry_interval: float | None = None,
         max_retries: int | None = None,
+        access_bps: float | None = None,
     ) -> SimBroker:
         """Add the broker of ``site``, owning the topic prefixes ``serves``.
 
@@ -240,6 +242,11 @@ class Simulation:
             Topic prefixes this broker owns, e.g. ``["fs/r1/fog/f3/"]``.
         retry_interval, max_retries
             QoS 1 policy towards subscribers; default to the simulation's.
+        access_bps
+            The site's access capacity in bits per second, shared max-min fairly by
+            every wire connection to this broker, in each direction
+            (:mod:`fedstrata.sim.fair_share`; ``links="tcp"`` only). ``None``:
+            every connection is its own pipe.
 
         Returns
         -------
@@ -256,6 +263,13 @@ class Simulation:
             retry_interval=self.engine.retry_interval if retry_interval is None else retry_interval,
             max_retries=self.engine.max_retries if max_retries is None else max_retries,
         )
+        if access_bps is not None:
+            if self.engine.transport is None:
+                raise ValidationError("access_bps (a shared access link) needs links='tcp'")
+            broker.access = (
+                FairShare(self.engine, access_bps),
+                FairShare(self.engine, access_bps),
+            )
         self.engine.brokers[site] = broker
         return broker
 

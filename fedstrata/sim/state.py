@@ -304,16 +304,21 @@ class Port:
             d += nbytes * (self.spb if bw == link.bandwidth_bps else 8.0 / bw)
         return d
 
+    def draw_latency(self) -> float:
+        """Return the next one-way latency of the link, jitter included (no windows applied)."""
+        buf = self.lat_buf
+        lat = buf.pop() if buf else self.refill()
+        if self._jit is not None:
+            lat += self._jit()
+        return lat
+
     def tcp_delay(self, nbytes: int, now: float, up: bool, qos: int) -> float:
         """Return the delay of ``nbytes`` sent at ``now`` on this connection, or :data:`OUTAGE`.
 
         See :class:`~fedstrata.sim.tcp.TcpConnection`: one latency draw (jitter
         added) per message, loss draws from the link's loss stream.
         """
-        buf = self.lat_buf
-        lat = buf.pop() if buf else self.refill()
-        if self._jit is not None:
-            lat += self._jit()
+        lat = self.draw_latency()
         d = self.conn.delay(self.link, nbytes, now, up, qos, lat, self._loss_draw)  # type: ignore[union-attr, arg-type]
         return OUTAGE if d < 0 else d
 

@@ -258,22 +258,45 @@ class TcpConnection:
             start = free
         segments = -(-nbytes // tcp.mss) or 1
         serial = 0.0 if bw is None else (nbytes + segments * tcp.header) * 8 / bw
-        arrive = start + latency
+        if up:
+            self.free_up = start + serial
+        else:
+            self.free_down = start + serial
+        return self.finish(nbytes, start + serial, up, latency, bw, loss, draw) - now
+
+    def finish(
+        self,
+        nbytes: int,
+        sent: float,
+        up: bool,
+        latency: float,
+        bw: float | None,
+        loss: float,
+        draw: Callable[[], float],
+    ) -> float:
+        """Return when a message whose last byte left at ``sent`` arrives (absolute time).
+
+        Adds the latency, slow start's waits beyond the serialisation at ``bw``
+        and the loss delays, and keeps the connection's order.
+        """
+        tcp = self.model
+        rtt = 2.0 * latency
+        segments = -(-nbytes // tcp.mss) or 1
+        arrive = sent + latency
         if loss or (rtt > 0 and segments > tcp.initial_window):
-            arrive += tcp.transfer(nbytes, bw, rtt, loss)
+            serial = 0.0 if bw is None else (nbytes + segments * tcp.header) * 8 / bw
+            arrive += max(0.0, tcp.transfer(nbytes, bw, rtt, loss) - serial)
             if loss:
                 seg_time = 0.0 if bw is None else (tcp.mss + tcp.header) * 8 / bw
                 arrive += tcp.loss_delay(nbytes, rtt, loss, seg_time, draw)
-        else:
-            arrive += serial
         last = self.last_up if up else self.last_down
         if arrive < last:
             arrive = last
         if up:
-            self.free_up, self.last_up = start + serial, arrive
+            self.last_up = arrive
         else:
-            self.free_down, self.last_down = start + serial, arrive
-        return arrive - now
+            self.last_down = arrive
+        return arrive
 
     def _after_outage(self, link: Link, now: float, rtt: float, qos: int) -> float:
         """When a message sent into an outage at ``now`` leaves; -1 if the session lost it.

@@ -12,11 +12,12 @@ until the node is back), a crashed or finished receiver. Co-located hops
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 from simpy.events import NORMAL
 
-from fedstrata.sim.state import Hop, Status
+from fedstrata.sim.state import Hop, Port, Status
 from fedstrata.sim.tcp import TcpModel
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class TcpTransport:
 
     """
 
-    __slots__ = ("_cb_broker", "_cb_node", "_engine", "_puback_ip", "model")
+    __slots__ = ("_cb_broker", "_cb_node", "_engine", "_puback_ip", "_waiting", "model")
 
     def __init__(self, engine: Engine, model: TcpModel) -> None:
         self._engine = engine
@@ -48,6 +49,9 @@ class TcpTransport:
         self._puback_ip = engine.puback_bytes + model.header
         self._cb_broker = (self._arrive_broker,)
         self._cb_node = (self._arrive_node,)
+        # Over a shared access link: per connection and direction, the messages
+        # waiting for the one in flight (a TCP connection sends one after another).
+        self._waiting: dict[tuple[int, bool], deque[tuple[Hop, float]]] = {}
 
     def send(self, hop: Hop, now: float) -> None:
         """Transmit ``hop`` over its wire port (the caller handles co-located ports)."""
@@ -77,6 +81,9 @@ class TcpTransport:
         eng.tier_bytes[port.ns.tier] += size
         if eng.events is not None:
             eng._log_msg("send", hop, size, hop.tries > 0)
+        if port.broker.access is not None and not self._down(port, now):
+            self._queue(hop, ip * 8.0)
+            return
         d = port.tcp_delay(size, now, up, q)
         if d < 0:  # the connection closed under a QoS 0 message
             eng.drop(port.ns, "outage", hop)
@@ -85,6 +92,57 @@ class TcpTransport:
         hop.callbacks = self._cb_broker if up else self._cb_node  # type: ignore[assignment]
         eng.live += 1
         eng._schedule(hop, NORMAL, d)
+
+    @staticmethod
+    def _down(port: Port, now: float) -> bool:
+        link = port.link
+        return bool(link is not None and link.windows and link.conditions(now).down)
+
+    def _queue(self, hop: Hop, bits: float) -> None:
+        """Send ``hop`` over its broker's shared access link once its connection is free."""
+        key = (id(hop.port), hop.up)
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting.append((hop, bits))
+            return
+        self._waiting[key] = deque()
+        self._start(hop, bits)
+
+    def _start(self, hop: Hop, bits: float) -> None:
+        port = hop.port
+        link = port.link
+        assert link is not None
+        now = self._engine.env.now
+        cap = link.conditions(now).bandwidth_bps if link.windows else link.bandwidth_bps
+        pipe = port.broker.access[0 if hop.up else 1]  # type: ignore[index]
+        pipe.add(bits, cap, lambda t: self._crossed(hop, t))
+
+    def _crossed(self, hop: Hop, t: float) -> None:
+        """The last bit of ``hop`` crossed the shared link at ``t``: schedule its arrival."""
+        eng = self._engine
+        port = hop.port
+        link, conn = port.link, port.conn
+        assert link is not None
+        assert conn is not None
+        lat = port.draw_latency()
+        if link.windows:
+            factor, extra, bw, loss, _ = link.conditions(t)
+            lat = lat * factor + extra
+        else:
+            bw, loss = link.bandwidth_bps, link.loss
+        msg = hop.msg
+        size = msg.size1 if hop.qos else msg.size0
+        arrive = conn.finish(size, t, hop.up, lat, bw, loss, port._loss_draw)
+        hop.t_sent = t
+        hop.callbacks = self._cb_broker if hop.up else self._cb_node  # type: ignore[assignment]
+        eng.live += 1
+        eng._schedule(hop, NORMAL, arrive - t)
+        key = (id(port), hop.up)
+        waiting = self._waiting[key]
+        if waiting:
+            self._start(*waiting.popleft())
+        else:
+            del self._waiting[key]
 
     def _hold(self, hop: Hop, now: float, t_on: float | None) -> None:
         """An offline sender: QoS 1 waits in its session until it is back, QoS 0 is not sent."""

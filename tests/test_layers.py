@@ -37,7 +37,7 @@ PKG = Path(__file__).resolve().parents[1] / "fedstrata"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("fedstrata", "cli", "api", "tracking"),
-    ("scenarios", "analysis", "device"),
+    ("scenarios", "analysis", "device", "netlab"),
     ("sim", "broker"),
     ("registry",),
     ("plugins", "protocols"),

@@ -219,6 +219,9 @@ class Port:
         # IP-level bytes (TCP/IP headers and ACKs included) by direction of travel.
         self.ip_up = self.ip_down = 0
         self.conn = None if tcp is None else TcpConnection(tcp)
+        if tcp is not None and link is not None:  # the session's own bytes, half each way
+            self.ip_up = tcp.session_bytes // 2
+            self.ip_down = tcp.session_bytes - self.ip_up
         self._rngs: dict[str, np.random.Generator] = {}
         self._models: tuple[object, object] = (None, None)
         self.lat_buf = array("d")  # 8 B per draw: a list of floats takes 32

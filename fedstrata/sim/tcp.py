@@ -59,12 +59,19 @@ from fedstrata.errors import ValidationError
 if TYPE_CHECKING:
     from fedstrata.sim.links import Link
 
-__all__ = ["RTO_MAX", "TcpConnection", "TcpModel"]
+__all__ = ["DELACK", "RTO_MAX", "TcpConnection", "TcpModel"]
 
-#: Linux's minimum timer granularity added to a multi-segment tail loss probe (2 jiffies).
-_TLP_SLACK = 0.002
+#: Added to a tail loss probe sent with several segments in flight: Linux's
+#: TCP_TIMEOUT_MIN (2 jiffies) and the timer wheel's granularity; measured 10-25 ms
+#: on Linux 6.18 (docs/network-validation.md).
+_TLP_SLACK = 0.01
 #: RACK's reordering window, a quarter of the round trip (RFC 8985 §6.2).
 _RACK = 1.25
+#: Linux's delayed-ACK timer floor (TCP_DELACK_MIN), seconds: a segment sent less than
+#: a round trip plus this after the previous one finds it unacknowledged; and what the
+#: repair of a segment lost mid-message costs on top of RACK's 1.25 round trips
+#: (measured 43-80 ms on a veth pair with a sub-millisecond round trip).
+DELACK = 0.04
 #: Linux's ceiling of the retransmission timeout (TCP_RTO_MAX), seconds.
 RTO_MAX = 120.0
 
@@ -85,6 +92,11 @@ class TcpModel:
         Floor of the retransmission timeout, seconds (Linux: 0.2).
     keepalive
         MQTT keep-alive, seconds: a connection silent for 1.5 times this is closed.
+    session_bytes
+        IP bytes a connection costs besides its messages: TCP handshake and teardown,
+        CONNECT (with the will) and CONNACK, SUBSCRIBE and SUBACK, DISCONNECT, and
+        fedstrata's session-clearing connection at the end (measured on Linux 6.18 with
+        Mosquitto 2: about 2,600 bytes per node connection).
 
     """
 
@@ -93,14 +105,17 @@ class TcpModel:
     initial_window: int = 10
     rto_min: float = 0.2
     keepalive: float = 30.0
+    session_bytes: int = 2600
 
     def __post_init__(self) -> None:
         for name in ("mss", "initial_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(f"TcpModel.{name} must be an int >= 1, got {value!r}")
-        if isinstance(self.header, bool) or not isinstance(self.header, int) or self.header < 0:
-            raise ValidationError(f"TcpModel.header must be an int >= 0, got {self.header!r}")
+        for name in ("header", "session_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValidationError(f"TcpModel.{name} must be an int >= 0, got {value!r}")
         for name in ("rto_min", "keepalive"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
@@ -152,28 +167,49 @@ class TcpModel:
         return rtt + self.rto_min
 
     def loss_delay(
-        self, nbytes: int, rtt: float, loss: float, seg_time: float, draw: Callable[[], float]
+        self,
+        nbytes: int,
+        rtt: float,
+        loss: float,
+        seg_time: float,
+        draw: Callable[[], float],
+        *,
+        alone: bool = True,
     ) -> float:
         """Return the seconds segment losses add to a message's delivery.
 
         ``seg_time`` is the time one segment takes to serialise; ``draw()``
-        returns uniform numbers in [0, 1) from the link's loss stream. Draws
-        are made in a fixed order (tail segment, earlier segments near the
-        tail, then each retransmission), so a run is reproducible.
+        returns uniform numbers in [0, 1) from the link's loss stream; ``alone``
+        says that nothing else of the connection is unacknowledged when the
+        message leaves. Draws are made in a fixed order (the last segment, the
+        lost segment nearest the end, then each retransmission), so a run is
+        reproducible.
+
+        A lost last segment waits for the tail loss probe. With a single segment
+        in flight Linux arms it no earlier than the retransmission timeout
+        (``rtt + rto_min``, which backs off if the probe is lost too): that is a
+        one-segment message sent alone, or the end of a message paced by its
+        bandwidth (each segment acknowledged before the next leaves). Otherwise
+        it fires after ``2 rtt + 10 ms``. A segment lost earlier is repaired
+        ``1.25 rtt + 40 ms`` after it left, which delays the message only if
+        fewer segments than that follow it.
         """
         n = self.segments(nbytes)
         rto = self.rto(rtt)
         delay = 0.0
-        if draw() < loss:  # the last segment: found by the tail loss probe
-            if n == 1:  # the probe is the retransmission timeout itself, which backs off
+        if draw() < loss:  # the last segment
+            if (n == 1 and alone) or (n > 1 and seg_time >= rtt):
                 delay = rto + self._resend(2 * rto, loss, draw)
             else:
                 delay = min(2 * rtt + _TLP_SLACK, rto) + self._resend(rto, loss, draw)
-        if n > 1:
-            # Only segments within RACK's reach of the end can delay the message.
-            reach = n - 1 if seg_time <= 0 else min(n - 1, math.ceil(_RACK * rtt / seg_time))
-            if reach > 0 and draw() < 1.0 - (1.0 - loss) ** reach:
-                delay = max(delay, _RACK * rtt + self._resend(rto, loss, draw))
+        if n > 1 and loss > 0:
+            # distance from the end of the lost segment nearest to it (geometric)
+            u = draw()
+            after = 1.0 if loss >= 1.0 else 1.0 + math.log(max(u, 1e-300)) / math.log1p(-loss)
+            if after < n:
+                repair = _RACK * rtt + DELACK - math.floor(after) * seg_time
+                if repair > 0:
+                    delay = max(delay, repair + self._resend(rto, loss, draw))
         return delay
 
     @staticmethod
@@ -217,12 +253,30 @@ class TcpConnection:
 
     """
 
-    __slots__ = ("breaks", "free_down", "free_up", "last_down", "last_up", "model")
+    __slots__ = (
+        "breaks",
+        "free_down",
+        "free_up",
+        "last_down",
+        "last_up",
+        "model",
+        "seg_down",
+        "seg_up",
+    )
 
     def __init__(self, model: TcpModel) -> None:
         self.model = model
         self.free_up = self.free_down = self.last_up = self.last_down = 0.0
+        # when a segment (a message's last, or a PUBACK) last left, by direction
+        self.seg_up = self.seg_down = -math.inf
         self.breaks = 0
+
+    def touch(self, up: bool, t: float) -> None:
+        """Note a segment that left at ``t`` outside any message (a PUBACK)."""
+        if up:
+            self.seg_up = max(self.seg_up, t)
+        else:
+            self.seg_down = max(self.seg_down, t)
 
     def delay(
         self,
@@ -288,7 +342,13 @@ class TcpConnection:
             arrive += max(0.0, tcp.transfer(nbytes, bw, rtt, loss) - serial)
             if loss:
                 seg_time = 0.0 if bw is None else (tcp.mss + tcp.header) * 8 / bw
-                arrive += tcp.loss_delay(nbytes, rtt, loss, seg_time, draw)
+                previous = self.seg_up if up else self.seg_down
+                alone = sent - serial - previous >= rtt + DELACK
+                arrive += tcp.loss_delay(nbytes, rtt, loss, seg_time, draw, alone=alone)
+        if up:
+            self.seg_up = max(self.seg_up, sent)
+        else:
+            self.seg_down = max(self.seg_down, sent)
         last = self.last_up if up else self.last_down
         if arrive < last:
             arrive = last

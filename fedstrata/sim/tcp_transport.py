@@ -46,7 +46,8 @@ class TcpTransport:
     def __init__(self, engine: Engine, model: TcpModel) -> None:
         self._engine = engine
         self.model = model
-        self._puback_ip = engine.puback_bytes + model.header
+        # the PUBACK's segment and the pure ACK the other end answers it with
+        self._puback_ip = engine.puback_bytes + 2 * model.header
         self._cb_broker = (self._arrive_broker,)
         self._cb_node = (self._arrive_node,)
         # Over a shared access link: per connection and direction, the messages
@@ -67,7 +68,8 @@ class TcpTransport:
         size = msg.size1 if q else msg.size0
         model = self.model
         segments = -(-size // model.mss) or 1
-        ip, acks = size + segments * model.header, (segments // 2) * model.header
+        # pure ACKs: one per two segments; the last odd one's too unless a PUBACK carries it
+        ip, acks = size + segments * model.header, ((segments + (not q)) // 2) * model.header
         if up:
             port.up_bytes += size
             port.up_msgs += 1
@@ -168,6 +170,8 @@ class TcpTransport:
             port = hop.port
             port.ack_down_bytes += eng.puback_bytes
             port.ip_down += self._puback_ip
+            if port.conn is not None:
+                port.conn.touch(False, now)
         if eng.events is not None:
             eng._log_msg("recv", hop, None, False)
         eng.fanout(hop.port.broker, hop.msg, now, None)
@@ -195,6 +199,8 @@ class TcpTransport:
             port = hop.port
             port.ack_up_bytes += eng.puback_bytes
             port.ip_up += self._puback_ip
+            if port.conn is not None:
+                port.conn.touch(True, now)
         eng.hand_over(ns, hop, now)
 
     def _redeliver(self, hop: Hop) -> None:

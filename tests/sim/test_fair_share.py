@@ -35,7 +35,9 @@ def test_water_filling_is_feasible_and_max_min(capacity: float, caps: list[float
     assert all(0 <= r <= c * (1 + 1e-12) for r, c in zip(rates, caps, strict=True))
     top = max(rates)
     # a flow below its cap gets the largest rate: no one can gain without taking from a smaller
-    assert all(r >= top * (1 - 1e-9) for r, c in zip(rates, caps, strict=True) if r < c * (1 - 1e-9))
+    assert all(
+        r >= top * (1 - 1e-9) for r, c in zip(rates, caps, strict=True) if r < c * (1 - 1e-9)
+    )
 
 
 def _site(access_bps: float, *links: Link) -> tuple[Simulation, object]:

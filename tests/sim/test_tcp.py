@@ -43,7 +43,8 @@ def test_latency_plus_serialization_with_headers() -> None:
     ((t, _, _),) = dst.deliveries()
     assert t == pytest.approx(1.0 + 0.25 + 1.052)
     st_ = sim.stats()
-    assert st_["ip_bytes"] == {"up": 0, "down": 1052, "total": 1052}  # QoS 0, one segment
+    # the session's 2,600 bytes, half each way; QoS 0, one segment down, its pure ACK up
+    assert st_["ip_bytes"] == {"up": 1300 + 52, "down": 1300 + 1052, "total": 2600 + 1104}
     assert st_["link_model"] == "tcp"
 
 
@@ -194,3 +195,38 @@ def test_in_order_never_faster_than_latency_plus_serialization(
         floor = latency + (0.0 if bw is None else sent_bits / bw)
         assert t >= floor * (1 - 1e-9) - 1e-12
     assert check_invariants(sim.stats()) == []
+
+
+def _draws(*values: float):
+    it = iter(values)
+    return lambda: next(it)
+
+
+def test_tail_probe_timing_by_hand() -> None:
+    m = TcpModel()
+    # one segment sent alone, lost once: the timeout rtt + 0.2 = 0.22 s
+    assert m.loss_delay(100, 0.02, 0.5, 0.0, _draws(0.1, 0.9)) == pytest.approx(0.22)
+    # ... and its retransmission lost too: + 2 x 0.22
+    assert m.loss_delay(100, 0.02, 0.5, 0.0, _draws(0.1, 0.1, 0.9)) == pytest.approx(0.66)
+    # with another segment unacknowledged: the probe after 2 rtt + 10 ms
+    got = m.loss_delay(100, 0.02, 0.5, 0.0, _draws(0.1, 0.9), alone=False)
+    assert got == pytest.approx(0.05)
+    # a 20-segment message not paced (segment time 0 < rtt): 2 rtt + 10 ms as well
+    nbytes = 20 * 1448
+    # (draws: the last segment lost, its probe through, no other segment lost)
+    got = m.loss_delay(nbytes, 0.02, 0.5, 0.0, _draws(0.1, 0.9, 1e-9))
+    assert got == pytest.approx(0.05)
+    # paced by its bandwidth (1.2 ms per segment > rtt 1 ms): the timeout, 0.201 s
+    got = m.loss_delay(nbytes, 0.001, 0.5, 0.0012, _draws(0.1, 0.9, 1e-9))
+    assert got == pytest.approx(0.201)
+
+
+def test_a_segment_lost_near_the_end_costs_the_repair_minus_what_follows() -> None:
+    m = TcpModel()
+    nbytes = 20 * 1448
+    # loss 0.5, u = 0.3: 1 + log(0.3) / log(0.5) = 2.74 -> the lost segment has 2 after it;
+    # repair 1.25 x 0.001 + 0.04 - 2 x 0.0012 = 0.03885 s; its resend arrives (0.9)
+    got = m.loss_delay(nbytes, 0.001, 0.5, 0.0012, _draws(0.9, 0.3, 0.9))
+    assert got == pytest.approx(0.00125 + 0.04 - 0.0024)
+    # u small: the nearest lost segment is far from the end, the repair is hidden
+    assert m.loss_delay(nbytes, 0.001, 0.5, 0.0012, _draws(0.9, 1e-6)) == 0.0

@@ -482,6 +482,14 @@ def _base_record(
     return record
 
 
+def _fault_fields(runner: AnyRunner) -> dict[str, Any]:
+    """``faults_injected`` and ``crashed``: what the scenario's faults did to the node."""
+    counts = fault_counts(runner)
+    if counts is None:  # none injected (none scheduled, or faults: ignore)
+        return {}
+    return {"faults_injected": fault_row(counts), "crashed": counts.crashes}
+
+
 def _finish_record(
     cfg: NodeConfig,
     device: DeviceNode,
@@ -498,10 +506,7 @@ def _finish_record(
     record["traffic"] = {**asdict(t), "reconnects": t.reconnects}
     record["reconnects"] = t.reconnects
     record["failure"] = runner.failure
-    counts = fault_counts(runner)
-    if counts is not None:  # what the scenario's faults did to this node
-        record["faults_injected"] = fault_row(counts)
-        record["crashed"] = counts.crashes
+    record.update(_fault_fields(runner))
     refused = Counter(r["fields"]["reason"] for r in records if r["kind"] == "rejected")
     record["rejected"] = dict(sorted(refused.items()))  # messages refused, by reason
     if device.role == "root":
@@ -598,12 +603,13 @@ def run_node(
     _refuse_finished(cfg.out)  # before anything is built or connected
     device = cfg.build()
     heard_on = parent_topics(device.node)  # the root has no parent: no idle limit
-    faults = fault_plan(cfg.scenario).of(cfg.node_id) if cfg.faults == "inject" else None
+    plan = fault_plan(cfg.scenario)
     runner = runner_with_faults(
         device.node,
-        faults,
+        plan.of(cfg.node_id) if cfg.faults == "inject" else None,
         device.node.protocol.qos,
         RunLog(),
+        network_model=plan.network_model,
         broker=cfg.endpoint,
         tier=device.tier,
         client_id=f"fs-{cfg.run}-{cfg.node_id}",

@@ -13,13 +13,16 @@ does mirrors the simulator (:mod:`fedstrata.sim.lifecycle`, :mod:`fedstrata.sim.
   A crash while the node is down already is ignored, as in the simulator.
 * a **dropout** (:class:`FaultGate`) suppresses a delivery whose topic ends with
   ``/down``, decided by the node's next dropout draw; each delivery draws once.
-* **availability**: while the node is offline it is handed nothing. A message that
-  arrives is dropped; at QoS 1 it comes again every ``retry_interval`` (5 s) up to
-  ``max_retries`` (10) times, as the simulator's broker resends it, at QoS 0 it is
-  lost. A timer that fires, and ``Started``, wait until the node is back online
-  (for good offline: never). The node still holds its broker connection (the
-  simulator keeps an offline node's session too: no will is published). A node
-  sends only in answer to an event, so it never sends while offline.
+* **availability**: while the node is offline it is handed nothing. A QoS 0 message
+  that arrives is lost. A QoS 1 message follows the scenario's ``network.model``, as
+  in the simulator: under ``tcp`` (the default) the node's persistent session keeps
+  it and it is handed over when the node is back (``held``); under
+  ``message-retry`` it is dropped and comes again every ``retry_interval`` (5 s) up
+  to ``max_retries`` (10) times. A timer that fires, and ``Started``, wait until the
+  node is back online (for good offline: never; a message then is lost). The node
+  still holds its broker connection (the simulator keeps an offline node's session
+  too: no will is published). A node sends only in answer to an event, so it never
+  sends while offline.
 
 Counts of what was injected are kept in :class:`FaultCounts` per node.
 """
@@ -64,16 +67,19 @@ class FaultCounts:
     """What the faults did to one node (all its incarnations).
 
     ``dropped`` counts suppressed deliveries by reason (``dropout``, ``offline``:
-    each attempt at an offline node), ``abandoned`` the messages given up after
-    ``max_retries``, ``deferred`` the timers and starts held back while offline,
-    ``suppressed`` those never handed over (offline for good). ``crashes`` lists
-    ``{"node", "t", "reason", "restarts"}`` as the simulator's summary does;
+    each attempt at an offline node that was lost), ``held`` the QoS 1 messages
+    kept for an offline node until it was back (``network.model: tcp``),
+    ``abandoned`` the messages given up after ``max_retries``, ``deferred`` the
+    timers and starts held back while offline, ``suppressed`` those never handed
+    over (offline for good). ``crashes`` lists ``{"node", "t", "reason",
+    "restarts"}`` as the simulator's summary does;
     ``timeline`` every one of these as ``(t, fault)`` in the order they happened
-    (``fault``: ``dropout``, ``offline``, ``abandoned``, ``deferred``,
+    (``fault``: ``dropout``, ``offline``, ``held``, ``abandoned``, ``deferred``,
     ``suppressed``, ``crash``, ``restart``).
     """
 
     dropped: Counter[str] = field(default_factory=Counter)
+    held: int = 0
     abandoned: int = 0
     deferred: int = 0
     suppressed: int = 0
@@ -95,15 +101,19 @@ class FaultGate:
     faults
         The node's schedule.
     qos
-        The QoS of the protocol's messages (an offline node's message is resent at 1).
+        The QoS of the protocol's messages (an offline node's message is kept at 1).
+    held
+        ``True`` (``network.model: tcp``): a QoS 1 message for an offline node waits
+        until it is back; ``False`` (``message-retry``): it is resent every 5 s.
     """
 
-    def __init__(self, faults: NodeFaults, qos: int) -> None:
+    def __init__(self, faults: NodeFaults, qos: int, *, held: bool = True) -> None:
         self.node_id = faults.node_id
         self.p = faults.dropout
         self.draw = faults.dropout_draws()
         self.avail = faults.availability()
         self.qos = qos
+        self.held = held
         self.counts = FaultCounts()
 
     def verdict(self, event: Event, now: float, tries: int) -> float | None:
@@ -126,17 +136,20 @@ class FaultGate:
         return 0.0
 
     def _offline(self, event: Event, now: float, tries: int) -> float | None:
+        assert self.avail is not None
         if isinstance(event, Delivered | PeerLost):
+            lost = self.qos == 0 and isinstance(event, Delivered)  # wills are QoS 1
+            if self.held and not lost:
+                return self._hold(now)
             self.counts.dropped["offline"] += 1
             self.counts.note(now, "offline")
-            if self.qos == 0 and isinstance(event, Delivered):  # wills are QoS 1
+            if lost:
                 return None
             if tries >= MAX_RETRIES:
                 self.counts.abandoned += 1
                 self.counts.note(now, "abandoned")
                 return None
             return RETRY_INTERVAL_S
-        assert self.avail is not None
         back = self.avail.next_online(now)
         if back is None:
             self.counts.suppressed += 1
@@ -144,6 +157,18 @@ class FaultGate:
             return None
         self.counts.deferred += 1
         self.counts.note(now, "deferred")
+        return max(back - now, 1e-3)
+
+    def _hold(self, now: float) -> float | None:
+        """Keep a QoS 1 message until the node is back (lost if it never is)."""
+        assert self.avail is not None
+        back = self.avail.next_online(now)
+        if back is None:
+            self.counts.dropped["offline"] += 1
+            self.counts.note(now, "offline")
+            return None
+        self.counts.held += 1
+        self.counts.note(now, "held")
         return max(back - now, 1e-3)
 
 
@@ -350,15 +375,22 @@ AnyRunner = NodeRunner | CrashingRunner
 
 
 def runner_with_faults(
-    node: Any, faults: NodeFaults | None, qos: int, log: RunLog, **kwargs: Any
+    node: Any,
+    faults: NodeFaults | None,
+    qos: int,
+    log: RunLog,
+    *,
+    network_model: str = "tcp",
+    **kwargs: Any,
 ) -> AnyRunner:
     """The runner of ``node`` that injects ``faults`` (a plain one without any).
 
-    ``kwargs`` are :class:`NodeRunner`'s (``broker`` included); ``log`` is the run's.
+    ``kwargs`` are :class:`NodeRunner`'s (``broker`` included); ``log`` is the run's;
+    ``network_model`` the scenario's (see :class:`FaultGate`'s ``held``).
     """
     if faults is None or faults.empty:
         return NodeRunner(node, log=log, **kwargs)
-    gate = FaultGate(faults, qos)
+    gate = FaultGate(faults, qos, held=network_model == "tcp")
 
     def make(n: Any) -> NodeRunner:
         return FaultyRunner(n, gate=gate, log=log, **kwargs)

@@ -149,6 +149,10 @@ class FaultPlan:
     nodes: dict[str, NodeFaults] = field(default_factory=dict)
     #: Fault kinds of the scenario this plan leaves out (the link faults).
     link_faults: tuple[str, ...] = ()
+    #: ``network.model``: what becomes of a QoS 1 message sent to an offline node.
+    #: ``tcp``: its persistent session keeps it until the node is back;
+    #: ``message-retry``: it is lost and resent every 5 s, 10 times at most.
+    network_model: str = "tcp"
 
     def of(self, node_id: str) -> NodeFaults:
         """The faults of ``node_id`` (an empty :class:`NodeFaults` for a node without)."""
@@ -192,4 +196,5 @@ def fault_plan(sc: Scenario, seed: int | None = None) -> FaultPlan:
             float(f.dropout) if client else 0.0,
             markov if client else None,
         )
-    return FaultPlan(seed, nodes, tuple(k for k in f.kinds() if k in LINK_FAULTS))
+    links = tuple(k for k in f.kinds() if k in LINK_FAULTS)
+    return FaultPlan(seed, nodes, links, sc.network.model)

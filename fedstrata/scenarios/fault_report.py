@@ -49,6 +49,7 @@ def fault_row(f: FaultCounts) -> dict[str, int]:
         "restarts": sum(1 for c in f.crashes if c["restarts"]),
         "dropout": f.dropped["dropout"],
         "offline": f.dropped["offline"],
+        "held": f.held,
         "abandoned": f.abandoned,
         "deferred": f.deferred,
         "suppressed": f.suppressed,
@@ -77,4 +78,13 @@ def faults_injected(outcomes: dict[str, NodeOutcome]) -> dict[str, Any]:
     return {**total, "per_node": per_node, "timeline": timeline}
 
 
-_KEYS = ("crashes", "restarts", "dropout", "offline", "abandoned", "deferred", "suppressed")
+_KEYS = (
+    "crashes",
+    "restarts",
+    "dropout",
+    "offline",
+    "held",
+    "abandoned",
+    "deferred",
+    "suppressed",
+)

@@ -185,6 +185,7 @@ def make_runners(
             plan.of(nid),
             fed.protocol.qos,
             log,
+            network_model=plan.network_model,
             broker=broker_of[nid],
             tier=fed.tiers[nid],
             client_id=f"fs-{run}-{nid}",

@@ -13,22 +13,26 @@ Differences from a simulated run:
   summary, and the ``virtual_time_s`` column of ``rounds.csv`` holds the node's
   wall clock;
 * the scenario's node faults are injected from the schedule the simulator draws
-  (:mod:`fedstrata.scenarios.fault_plan`, under the run's seed; how each is
-  carried out: :mod:`fedstrata.scenarios.fault_inject`), at the same seconds since
-  the run started: a **crash** drops the node's TCP connection without a DISCONNECT
-  (the broker publishes its will) and discards its memory, timers and pending
-  effects; ``restart_after`` later a fresh incarnation connects on a clean session
-  and gets ``Started``. A **dropout** suppresses a ``/down`` delivery by the node's
-  own dropout draws, in the simulator's order. **Availability** (the simulator's
-  Markov chain on the node's stream) hands an offline node nothing: deliveries are
-  dropped (QoS 1 ones come again every 5 s, as the simulator's broker resends
-  them), timers and ``Started`` wait until it is back. ``faults_injected`` in the
-  summary counts what they did; ``crashed`` lists the crashes as the simulator
-  does, and the ``dropped`` block's network part the deliveries suppressed
-  (``dropout``, ``offline``). The link faults (partitions, degradations) are applied
-  only with ``emulate_links`` (delay, bandwidth, loss, partitions and degradations,
-  in userspace; ``emulated_links`` in the summary counts the transmissions they
-  lost and the messages given up); without it a warning says they were ignored;
+  (:mod:`fedstrata.scenarios.fault_plan`, under the run's seed; how each is carried
+  out: :mod:`fedstrata.scenarios.fault_inject`), at the same seconds since the run
+  started: a **crash** drops the node's TCP connection without a DISCONNECT (the
+  broker publishes its will) and discards its memory, timers and pending effects;
+  ``restart_after`` later a fresh incarnation connects on a clean session and gets
+  ``Started``. A **dropout** suppresses a ``/down`` delivery by the node's own dropout
+  draws, in the simulator's order. **Availability** (the simulator's Markov chain on
+  the node's stream) hands an offline node nothing: its timers and ``Started`` wait
+  until it is back, a QoS 0 delivery is lost, a QoS 1 one is kept until it is back
+  (``network.model: tcp``) or resent every 5 s (``message-retry``), as in the
+  simulator. The faults fall at the same seconds; they fall in the same rounds where
+  the rounds keep the simulator's pace (a fault within milliseconds of a round's end
+  can land in the next one, as the real clock drifts a few milliseconds a round).
+  ``faults_injected`` in the summary counts what they did and lists them by time
+  (``timeline``); ``crashed`` lists the crashes as the simulator does, and the
+  ``dropped`` block's network part the deliveries suppressed (``dropout``,
+  ``offline``). The link faults (partitions, degradations) are applied only with
+  ``emulate_links`` (delay, bandwidth, loss, partitions and degradations, in
+  userspace; ``emulated_links`` in the summary counts the transmissions they lost and
+  the messages given up); without it a warning says they were ignored;
 * every node reaches the broker over TCP, so the root's and the aggregators'
   PUBLISH packets count too (the simulator co-locates each aggregator with its
   broker, so its hops carry no wire bytes);

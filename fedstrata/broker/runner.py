@@ -497,6 +497,11 @@ class NodeRunner:
                         await self._clear()
         return self.result
 
+    @property
+    def connected(self) -> bool:
+        """Whether the node holds a broker connection now (its CONNACK came)."""
+        return self._client_now is not None
+
     async def forget_session(self) -> None:
         """Remove the session the broker keeps for this client id, if any (never raises).
 

@@ -184,9 +184,12 @@ class FaultyRunner(NodeRunner):
     def __init__(self, *args: Any, gate: FaultGate, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.gate = gate
+        #: Crashed by the schedule: it takes no event any more (its connection may
+        #: still be on its way down).
+        self.down = False
 
     def _feed(self, event: Event, tries: int = 0) -> None:
-        if self.crashed is not None:
+        if self.crashed is not None or self.down:
             return
         wait = self.gate.verdict(event, self.log.now(), tries)
         if wait is None:
@@ -272,7 +275,7 @@ class CrashingRunner:
         self,
         node: Any,
         crashes: tuple[Crash, ...],
-        make_runner: Callable[[Any], NodeRunner],
+        make_runner: Callable[[Any], FaultyRunner],
         restart: Callable[[], Any],
         log: RunLog,
         counts: FaultCounts,
@@ -281,7 +284,7 @@ class CrashingRunner:
         self.crashes, self.make_runner, self.restart = crashes, make_runner, restart
         self.log, self.counts = log, counts
         self.current = make_runner(node)
-        self.past: list[NodeRunner] = []
+        self.past: list[FaultyRunner] = []
         self._down: tuple[str, float] | None = None  # a crash without restart: why, when
         self._stopped = False
 
@@ -360,6 +363,13 @@ class CrashingRunner:
                 "restarts": crash.restart_after is not None,
             }
         )
+        self.current.down = True  # dead from now on, whatever still arrives
+        # A crash due before the first connection (at 0 s) waits for it, so that the
+        # broker has a will to publish: the simulator starts a node before its crash.
+        for _ in range(500):
+            if self.current.connected or task.done():
+                break
+            await asyncio.sleep(0.01)
         self.current.abort()  # no DISCONNECT: the broker publishes the will
         done, _ = await asyncio.wait([task], timeout=2.0)
         if not done:  # not connected yet: nothing to drop but the attempt
@@ -392,7 +402,7 @@ def runner_with_faults(
         return NodeRunner(node, log=log, **kwargs)
     gate = FaultGate(faults, qos, held=network_model == "tcp")
 
-    def make(n: Any) -> NodeRunner:
+    def make(n: Any) -> FaultyRunner:
         return FaultyRunner(n, gate=gate, log=log, **kwargs)
 
     if not faults.crashes:

@@ -67,10 +67,9 @@ __all__ = ["DELACK", "RTO_MAX", "TcpConnection", "TcpModel"]
 _TLP_SLACK = 0.01
 #: RACK's reordering window, a quarter of the round trip (RFC 8985 §6.2).
 _RACK = 1.25
-#: Linux's delayed-ACK timer floor (TCP_DELACK_MIN), seconds: a segment sent less than
-#: a round trip plus this after the previous one finds it unacknowledged; and what the
-#: repair of a segment lost mid-message costs on top of RACK's 1.25 round trips
-#: (measured 43-80 ms on a veth pair with a sub-millisecond round trip).
+#: What the repair of a segment lost mid-message costs on top of RACK's 1.25 round
+#: trips, seconds: Linux's delayed-ACK floor (TCP_DELACK_MIN); measured 43-80 ms on a
+#: veth pair with a sub-millisecond round trip.
 DELACK = 0.04
 #: Linux's ceiling of the retransmission timeout (TCP_RTO_MAX), seconds.
 RTO_MAX = 120.0
@@ -181,9 +180,10 @@ class TcpModel:
         ``seg_time`` is the time one segment takes to serialise; ``draw()``
         returns uniform numbers in [0, 1) from the link's loss stream; ``alone``
         says that nothing else of the connection is unacknowledged when the
-        message leaves. Draws are made in a fixed order (the last segment, the
-        lost segment nearest the end, then each retransmission), so a run is
-        reproducible.
+        message leaves (the kernel connection counts the previous message as
+        acknowledged one round trip after it left: a PUBACK carries the ACK).
+        Draws are made in a fixed order (the last segment, the lost segment
+        nearest the end, then each retransmission), so a run is reproducible.
 
         A lost last segment waits for the tail loss probe. With a single segment
         in flight Linux arms it no earlier than the retransmission timeout
@@ -267,16 +267,9 @@ class TcpConnection:
     def __init__(self, model: TcpModel) -> None:
         self.model = model
         self.free_up = self.free_down = self.last_up = self.last_down = 0.0
-        # when a segment (a message's last, or a PUBACK) last left, by direction
+        # when the last segment of a message left, by direction
         self.seg_up = self.seg_down = -math.inf
         self.breaks = 0
-
-    def touch(self, up: bool, t: float) -> None:
-        """Note a segment that left at ``t`` outside any message (a PUBACK)."""
-        if up:
-            self.seg_up = max(self.seg_up, t)
-        else:
-            self.seg_down = max(self.seg_down, t)
 
     def delay(
         self,
@@ -343,7 +336,7 @@ class TcpConnection:
             if loss:
                 seg_time = 0.0 if bw is None else (tcp.mss + tcp.header) * 8 / bw
                 previous = self.seg_up if up else self.seg_down
-                alone = sent - serial - previous >= rtt + DELACK
+                alone = sent - serial - previous >= rtt
                 arrive += tcp.loss_delay(nbytes, rtt, loss, seg_time, draw, alone=alone)
         if up:
             self.seg_up = max(self.seg_up, sent)

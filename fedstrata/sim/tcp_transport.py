@@ -170,8 +170,6 @@ class TcpTransport:
             port = hop.port
             port.ack_down_bytes += eng.puback_bytes
             port.ip_down += self._puback_ip
-            if port.conn is not None:
-                port.conn.touch(False, now)
         if eng.events is not None:
             eng._log_msg("recv", hop, None, False)
         eng.fanout(hop.port.broker, hop.msg, now, None)
@@ -199,8 +197,6 @@ class TcpTransport:
             port = hop.port
             port.ack_up_bytes += eng.puback_bytes
             port.ip_up += self._puback_ip
-            if port.conn is not None:
-                port.conn.touch(True, now)
         eng.hand_over(ns, hop, now)
 
     def _redeliver(self, hop: Hop) -> None:

@@ -260,6 +260,7 @@ class TcpConnection:
         "last_down",
         "last_up",
         "model",
+        "puback_up",
         "seg_down",
         "seg_up",
     )
@@ -269,7 +270,21 @@ class TcpConnection:
         self.free_up = self.free_down = self.last_up = self.last_down = 0.0
         # when the last segment of a message left, by direction
         self.seg_up = self.seg_down = -math.inf
+        # when the node's last PUBACK left (towards the broker)
+        self.puback_up = -math.inf
         self.breaks = 0
+
+    def puback_sent(self, t: float) -> None:
+        """Note that the node sent a PUBACK at ``t`` (towards its broker).
+
+        Measured on the namespace lab (docs/network-validation.md): a node's message
+        that follows its own PUBACK within the delayed-ACK window is repaired by the
+        fast tail loss probe, as with two segments in flight; the broker's messages
+        to the node are not (they pay the full timeout). The model follows the
+        measurement; which socket behaviour makes the two sides differ is not
+        pinned down.
+        """
+        self.puback_up = t
 
     def delay(
         self,
@@ -336,7 +351,8 @@ class TcpConnection:
             if loss:
                 seg_time = 0.0 if bw is None else (tcp.mss + tcp.header) * 8 / bw
                 previous = self.seg_up if up else self.seg_down
-                alone = sent - serial - previous >= rtt
+                left = sent - serial
+                alone = left - previous >= rtt and (not up or left - self.puback_up >= rtt + DELACK)
                 arrive += tcp.loss_delay(nbytes, rtt, loss, seg_time, draw, alone=alone)
         if up:
             self.seg_up = max(self.seg_up, sent)

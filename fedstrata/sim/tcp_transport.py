@@ -197,6 +197,8 @@ class TcpTransport:
             port = hop.port
             port.ack_up_bytes += eng.puback_bytes
             port.ip_up += self._puback_ip
+            if port.conn is not None:
+                port.conn.puback_sent(now)
         eng.hand_over(ns, hop, now)
 
     def _redeliver(self, hop: Hop) -> None:

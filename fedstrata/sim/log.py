@@ -167,14 +167,21 @@ def summarize(engine: Engine, now: float) -> dict[str, Any]:
 
     lost_up, lost_down = total("lost_up"), total("lost_down")
     ports = [port for ns in engine.nodes.values() for port in ns.ports]
+    conns = [p.conn for p in ports if p.conn is not None]
+    resent = round(sum(c.resent_bytes for c in conns))
     ip_up, ip_down = sum(p.ip_up for p in ports), sum(p.ip_down for p in ports)
     return {
         "link_model": "message-retry" if engine.transport is None else "tcp",
         # IP-level bytes (headers and TCP ACKs in), by the tcp model only; None otherwise.
         "ip_bytes": None
         if engine.transport is None
-        else {"up": ip_up, "down": ip_down, "total": ip_up + ip_down},
-        "connections_closed": sum(p.conn.breaks for p in ports if p.conn is not None),
+        else {
+            "up": ip_up,
+            "down": ip_down,
+            "retransmitted": resent,  # expected, from each message's segments and loss
+            "total": ip_up + ip_down + resent,
+        },
+        "connections_closed": sum(c.breaks for c in conns),
         "virtual_time": now,
         "nodes": len(engine.nodes),
         "finished": len(engine.results),

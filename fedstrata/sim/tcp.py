@@ -261,6 +261,7 @@ class TcpConnection:
         "last_up",
         "model",
         "puback_up",
+        "resent_bytes",
         "seg_down",
         "seg_up",
     )
@@ -273,6 +274,9 @@ class TcpConnection:
         # when the node's last PUBACK left (towards the broker)
         self.puback_up = -math.inf
         self.breaks = 0
+        #: Expected IP bytes of retransmitted segments (each segment is resent
+        #: ``loss / (1 - loss)`` times on average), a float summed over messages.
+        self.resent_bytes = 0.0
 
     def puback_sent(self, t: float) -> None:
         """Note that the node sent a PUBACK at ``t`` (towards its broker).
@@ -349,6 +353,8 @@ class TcpConnection:
             serial = 0.0 if bw is None else (nbytes + segments * tcp.header) * 8 / bw
             arrive += max(0.0, tcp.transfer(nbytes, bw, rtt, loss) - serial)
             if loss:
+                if loss < 1.0:
+                    self.resent_bytes += (nbytes + segments * tcp.header) * loss / (1.0 - loss)
                 seg_time = 0.0 if bw is None else (tcp.mss + tcp.header) * 8 / bw
                 previous = self.seg_up if up else self.seg_down
                 left = sent - serial

@@ -44,7 +44,12 @@ def test_latency_plus_serialization_with_headers() -> None:
     assert t == pytest.approx(1.0 + 0.25 + 1.052)
     st_ = sim.stats()
     # the session's 2,600 bytes, half each way; QoS 0, one segment down, its pure ACK up
-    assert st_["ip_bytes"] == {"up": 1300 + 52, "down": 1300 + 1052, "total": 2600 + 1104}
+    assert st_["ip_bytes"] == {
+        "up": 1300 + 52,
+        "down": 1300 + 1052,
+        "retransmitted": 0,
+        "total": 2600 + 1104,
+    }
     assert st_["link_model"] == "tcp"
 
 

@@ -70,8 +70,12 @@ def _last_round_time(out: Path) -> float:
         return max(float(row["virtual_time_s"]) for row in csv.DictReader(f))
 
 
-def _sim_faults(out: Path, until: int) -> list[tuple[int, str, str]]:
-    """(second, node, fault) of the simulator's event log, before second ``until``."""
+def _sim_faults(out: Path, until: int, held: bool = True) -> list[tuple[int, str, str]]:
+    """(second, node, fault) of the simulator's event log, before second ``until``.
+
+    ``held``: a resend (``dup``) is a message kept for an offline client
+    (``network.model: tcp``); under ``message-retry`` it is a timed resend instead.
+    """
     seq = []
     sent: dict[tuple[str, int], float] = {}  # (client, mid) -> when it was last sent
     for line in (out / "events.jsonl").read_text().splitlines():
@@ -81,7 +85,7 @@ def _sim_faults(out: Path, until: int) -> list[tuple[int, str, str]]:
             seq.append((t, dst, e["reason"]))
         elif e["ev"] in ("crash", "restart"):
             seq.append((t, dst, e["ev"]))
-        elif e["ev"] == "send" and dst.startswith("client"):
+        elif held and e["ev"] == "send" and dst.startswith("client"):
             if e.get("dup"):  # kept while the client was offline, sent when it is back
                 seq.append((sent[dst, e["mid"]], dst, "held"))
             sent[dst, e["mid"]] = t
@@ -102,7 +106,7 @@ def simulated(tmp_path_factory):
     return tmp, _run(tmp, "sim", "--events")
 
 
-def _check_same_run(sim: Path, real: Path) -> None:
+def _check_same_run(sim: Path, real: Path, held: bool = True) -> None:
     s_sim = json.loads((sim / "summary.json").read_text())
     s_real = json.loads((real / "summary.json").read_text())
     assert (s_real["status"], s_real["rounds"]) == (s_sim["status"], s_sim["rounds"])
@@ -110,8 +114,9 @@ def _check_same_run(sim: Path, real: Path) -> None:
     # rounds of one, two and three contributions of four clients: the faults show
     assert {r[2] for r in _rounds(sim)} >= {"1", "2", "3"}
     until = int(_last_round_time(sim))
-    faults = _sim_faults(sim, until)
-    assert {f for _, _, f in faults} >= {"dropout", "held", "crash", "restart"}
+    faults = _sim_faults(sim, until, held)
+    kept = "held" if held else "offline"
+    assert {f for _, _, f in faults} >= {"dropout", kept, "crash", "restart"}
     assert _mqtt_faults(s_real, until) == faults
     crashes = [(c["node"], c["restarts"]) for c in s_sim["crashed"]]
     assert [(c["node"], c["restarts"]) for c in s_real["crashed"]] == crashes
@@ -140,6 +145,17 @@ def test_mqtt_in_two_processes_runs_the_same_fault_sequence(simulated, mosquitto
     tmp, sim = simulated
     real = _run(tmp, "mqtt2", "--transport", "mqtt", "--broker", mosquitto.url, "--processes", "2")
     _check_same_run(sim, real)
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_mqtt_resends_to_an_offline_client_under_message_retry(tmp_path, mosquitto):
+    """``network.model: message-retry``: lost while offline, resent every 5 s, as simulated."""
+    _need_mosquitto()
+    (tmp_path / "faults.yaml").write_text(SCENARIO + "network: {model: message-retry}\n")
+    sim = _run(tmp_path, "sim", "--events")
+    real = _run(tmp_path, "mqtt", "--transport", "mqtt", "--broker", mosquitto.url)
+    _check_same_run(sim, real, held=False)
 
 
 def test_only_link_faults_are_reported_ignored():

@@ -229,12 +229,9 @@ def test_tail_probe_timing_by_hand() -> None:
 def test_a_segment_lost_near_the_end_costs_the_repair_minus_what_follows() -> None:
     m = TcpModel()
     nbytes = 20 * 1448
-    # loss 0.5, u = 0.7: 1 + log(0.7) / log(0.5) = 1.51 -> the lost segment has 1 after it;
-    # rtt 0.01, segment 0.0012 s: repair 1.25 x 0.01 + 0.0012 - 1 x 0.0012 = 0.0125 s
-    got = m.loss_delay(nbytes, 0.01, 0.5, 0.0012, _draws(0.9, 0.7, 0.9))
-    assert got == pytest.approx(0.0125)
-    # u = 0.3: 2 after it: 0.0125 - 0.0012
-    got = m.loss_delay(nbytes, 0.01, 0.5, 0.0012, _draws(0.9, 0.3, 0.9))
-    assert got == pytest.approx(0.0125 - 0.0012)
+    # loss 0.5, u = 0.3: 1 + log(0.3) / log(0.5) = 2.74 -> the lost segment has 2 after it;
+    # repair 1.25 x 0.001 + 0.04 - 2 x 0.0012 = 0.03885 s; its resend arrives (0.9)
+    got = m.loss_delay(nbytes, 0.001, 0.5, 0.0012, _draws(0.9, 0.3, 0.9))
+    assert got == pytest.approx(0.00125 + 0.04 - 0.0024)
     # u small: the nearest lost segment is far from the end, the repair is hidden
-    assert m.loss_delay(nbytes, 0.01, 0.5, 0.0012, _draws(0.9, 1e-6)) == 0.0
+    assert m.loss_delay(nbytes, 0.001, 0.5, 0.0012, _draws(0.9, 1e-6)) == 0.0

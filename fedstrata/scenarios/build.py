@@ -16,15 +16,14 @@ from fedstrata.algorithms.kernels import kernel_reference, merge_kernel_referenc
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ScenarioError, ValidationError
 from fedstrata.mqtt import group_prefix
-from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
-from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.sealing import PLAIN, RunKeys, Seal
 from fedstrata.plugins.messages import Shape
 from fedstrata.plugins.spec import BuildInput, plugin_for
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.node_builder import NodeBuilder, node_timing  # noqa: F401 (re-exported)
+from fedstrata.scenarios.restart import restart_factory
 from fedstrata.scenarios.schema import (
     LatencySpec,
     LinkSpec,
@@ -410,37 +409,7 @@ def _apply_faults(fed: Federation) -> None:
 
 def _restart_factory(fed: Federation, node_id: str) -> Any:
     """A fresh node object with the same configuration (its memory is lost in the crash)."""
-    old = fed.sim.node(node_id)
-
-    def make() -> Any:
-        if isinstance(old, ClientNode):
-            return ClientNode(
-                old.node_id,
-                parent=old.parent,
-                views=old.views,
-                model=old.model,
-                protocol=old.protocol,
-                seed=int(old.rng.integers(2**31)),
-                view_ids=old.view_ids,
-                shape=old.shape,
-                seal=old._seal.fresh(),
-            )
-        return AggregatorNode(
-            old.node_id,
-            tier=old.tier,
-            children=sorted(old.children),
-            parent=old.parent,
-            model=old.model,
-            shape=old.shape,
-            protocol=old.protocol,
-            deadline_s=old.deadline_s,
-            quorum=old.quorum,
-            period=old.period,
-            clients_below=old.clients_below,
-            seal=old._seal.fresh(),
-        )
-
-    return make
+    return restart_factory(fed.sim.node(node_id))
 
 
 def seals_for(sc: Scenario, nodes: Sequence[str], keys: RunKeys | None = None) -> dict[str, Seal]:

@@ -38,10 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedstrata.broker.runner import NodeRunner, RunLog, Traffic
-from fedstrata.nodes.aggregator import AggregatorNode
-from fedstrata.nodes.client import ClientNode
 from fedstrata.nodes.events import Delivered, Event, PeerLost, TimerFired
 from fedstrata.scenarios.fault_plan import DROPOUT_SUFFIX, Crash, NodeFaults
+from fedstrata.scenarios.restart import restart_factory
 
 __all__ = [
     "MAX_RETRIES",
@@ -208,45 +207,6 @@ class FaultyRunner(NodeRunner):
         if isinstance(event, TimerFired) and event.name in self._timers:
             return  # re-armed meanwhile: this firing is stale, as in the simulator
         self._feed(dataclasses.replace(event, now=self.log.now()), tries)
-
-
-def restart_factory(old: Any) -> Callable[[], Any]:
-    """Build a fresh node like ``old`` (memory lost), as the simulator's restart does.
-
-    A client gets a new seed drawn from ``old``'s generator when it restarts, an
-    aggregator the same configuration; both get a fresh seal (empty replay memory).
-    The same construction as the scenario builder's restart factory.
-    """
-
-    def make() -> Any:
-        if isinstance(old, ClientNode):
-            return ClientNode(
-                old.node_id,
-                parent=old.parent,
-                views=old.views,
-                model=old.model,
-                protocol=old.protocol,
-                seed=int(old.rng.integers(2**31)),
-                view_ids=old.view_ids,
-                shape=old.shape,
-                seal=old._seal.fresh(),
-            )
-        return AggregatorNode(
-            old.node_id,
-            tier=old.tier,
-            children=sorted(old.children),
-            parent=old.parent,
-            model=old.model,
-            shape=old.shape,
-            protocol=old.protocol,
-            deadline_s=old.deadline_s,
-            quorum=old.quorum,
-            period=old.period,
-            clients_below=old.clients_below,
-            seal=old._seal.fresh(),
-        )
-
-    return make
 
 
 class CrashingRunner:

@@ -12,6 +12,11 @@ refactoring changed what a run computes. (A deliberate behaviour change re-captu
 in its own commit, saying why.) Every case runs under ``network.model: message-retry``,
 the link model of the capture.
 
+The ``mqtt`` records of the three cases with ``faults.dropout`` were re-captured once,
+on purpose, when faults began to be injected over a real broker (issue 35): their
+dropouts now happen there as in the simulator, and ``example-edge-fog-cloud`` and
+``example-tensor-tucker-fog`` now give the simulator's own ``labels.csv``.
+
 Simulated runs compare all three byte for byte. Runs over a real Mosquitto compare
 ``labels.csv``, ``payload_bytes``, the status and the rounds run; their ``rounds.csv``
 depends on arrival order (wall-clock times, the order partials are summed in, which
@@ -238,6 +243,10 @@ def test_mqtt_record_is_unchanged(name, tmp_path):
     fedstrata.run(copy.deepcopy(ALL[name]), transport="mqtt", out=tmp_path / "run")
     got = _fingerprint(tmp_path / "run", timing=False)
     got.pop("rounds"), want.pop("rounds")
+    if want["payload_bytes"] is None:
+        # SecAgg+ under dropouts over a real broker: which members a round recovers
+        # follows arrival order, and with it the unmasking traffic (about 1 kB)
+        got["payload_bytes"] = None
     assert got == want
 
 

@@ -179,9 +179,7 @@ class TcpTransport:
         eng.live -= 1
         now = eng.env.now
         ns = hop.ns
-        if hop.inc != ns.inc or ns.status is not _LIVE:
-            gone = ns.status is _FINISHED and hop.inc == ns.inc
-            eng.drop(ns, "finished" if gone else "crashed", hop)
+        if self._ended(hop):
             return
         avail = ns.avail
         if avail is not None and not avail.is_online(now):
@@ -204,9 +202,14 @@ class TcpTransport:
     def _redeliver(self, hop: Hop) -> None:
         eng = self._engine
         eng.retransmissions += 1
+        if not self._ended(hop):
+            self.send(hop, eng.env.now)
+
+    def _ended(self, hop: Hop) -> bool:
+        """Drop ``hop`` if the session it was meant for has ended; return whether it had."""
         ns = hop.ns
-        if hop.inc != ns.inc or ns.status is not _LIVE:
-            gone = ns.status is _FINISHED and hop.inc == ns.inc
-            eng.drop(ns, "finished" if gone else "crashed", hop)
-            return
-        self.send(hop, eng.env.now)
+        if hop.inc == ns.inc and ns.status is _LIVE:
+            return False
+        gone = ns.status is _FINISHED and hop.inc == ns.inc
+        self._engine.drop(ns, "finished" if gone else "crashed", hop)
+        return True

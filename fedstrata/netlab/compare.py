@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import csv
 import itertools
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from fedstrata.errors import ValidationError
 
-__all__ = ["network_added", "quantiles", "read_rounds", "round_durations"]
+__all__ = ["RoundRow", "network_added", "per_round", "quantiles", "read_rounds", "round_durations"]
 
 
 def read_rounds(path: Path) -> list[dict[str, str]]:
@@ -54,3 +55,38 @@ def quantiles(values: list[float]) -> tuple[float, float]:
         return float("nan"), float("nan")
     a = np.asarray(values, dtype=float)
     return float(np.median(a)), float(np.percentile(a, 90))
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    """One round of the root: who took part, whether it succeeded, when it closed.
+
+    ``duration_s`` is its close minus the previous round's (the setup round's: its
+    close, from the run's time zero).
+    """
+
+    round: int
+    participants: int
+    expected: int
+    ok: bool
+    end_s: float
+    duration_s: float
+
+
+def per_round(rows: list[dict[str, str]], root_tier: str = "cloud") -> list[RoundRow]:
+    """The root's rounds of a ``rounds.csv``, setup round included (a repeated close: the last)."""
+    last: dict[int, dict[str, str]] = {}
+    for row in rows:
+        if row["tier"] == root_tier:
+            last[int(row["round"])] = row
+    out: list[RoundRow] = []
+    before = 0.0
+    for r in sorted(last):
+        row = last[r]
+        end = float(row["virtual_time_s"])
+        ok = row["ok"].strip().lower() == "true"
+        out.append(
+            RoundRow(r, int(row["participants"]), int(row["expected"]), ok, end, end - before)
+        )
+        before = end
+    return out

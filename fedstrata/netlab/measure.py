@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,12 @@ from fedstrata.errors import TransportError
 from fedstrata.netlab import commands as cmd
 from fedstrata.netlab.compare import read_rounds
 from fedstrata.netlab.counters import qdisc_drops
-from fedstrata.netlab.deployment import deploy, wait_nodes
+from fedstrata.netlab.deployment import Deployment, deploy, wait_nodes
+from fedstrata.netlab.faults import FaultDriver, LabFault, lab_faults
 from fedstrata.netlab.lab import Lab
 from fedstrata.scenarios.loader import load_scenario
 
-__all__ = ["Measured", "measure", "shaped", "sim_wire_bytes"]
+__all__ = ["Measured", "fault_actor", "measure", "shaped", "sim_wire_bytes"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,11 @@ class Measured:
     header and TCP header included, retransmissions and ACKs included, Ethernet
     excluded); ``dropped_packets`` the packets the loss rules dropped; ``queue_drops``
     those the token buckets' queues dropped (0 when TCP, not tail drop, set the pace).
+    ``faults`` lists the partitions and kills the lab applied (see
+    :class:`~fedstrata.netlab.faults.FaultDriver`), ``offsets`` each node's time zero
+    minus the root's, ``unrecorded`` the nodes whose ``node.json`` has no traffic (a
+    process killed by SIGKILL writes nothing more: its bytes are not in the payload
+    sums).
     """
 
     rows: list[dict[str, str]]
@@ -42,6 +49,9 @@ class Measured:
     queue_drops: int
     wall_s: float
     leftovers: list[str]
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    offsets: dict[str, float] = field(default_factory=dict)
+    unrecorded: list[str] = field(default_factory=list)
 
 
 def shaped(text: str, loss: float, mbps: float | None) -> str:
@@ -76,7 +86,7 @@ def sim_wire_bytes(summary: dict[str, Any]) -> tuple[int, str]:
 
 def _collect(lab: Lab, folder: Path, dep: Any, codes: dict[str, int], wall: float) -> Measured:
     records = {n: dep.node_record(n) for n in dep.nodes}
-    traffic = [r["traffic"] for r in records.values()]
+    traffic = [r["traffic"] for r in records.values() if "traffic" in r]
     counters = lab.counters()
     queue = sum(sum(qdisc_drops(lab.run(cmd.qdisc_stats(ns))).values()) for ns in lab.namespaces)
     return Measured(
@@ -91,26 +101,61 @@ def _collect(lab: Lab, folder: Path, dep: Any, codes: dict[str, int], wall: floa
         queue_drops=queue,
         wall_s=wall,
         leftovers=[],
+        unrecorded=sorted(n for n, r in records.items() if "traffic" not in r),
     )
 
 
-def measure(scenario: Path, folder: Path, timeout_s: float = 300) -> Measured:
+def fault_actor(dep: Deployment) -> Any:
+    """The action of each :class:`~fedstrata.netlab.faults.LabFault` on ``dep``."""
+
+    def act(fault: LabFault) -> None:
+        if fault.action == "kill":
+            dep.lab.kill(dep.nodes[fault.node])
+        else:
+            dep.lab.partition(dep.uplink[fault.node], fault.action == "cut")
+
+    return act
+
+
+def _driver(dep: Deployment, faults: list[LabFault]) -> FaultDriver:
+    logs = {n: dep.folder / "logs" / f"{n}.txt" for n in dep.nodes}
+    return FaultDriver(faults, fault_actor(dep), logs, dep.layout.root)
+
+
+def measure(
+    scenario: Path,
+    folder: Path,
+    timeout_s: float = 300,
+    kills: Mapping[str, float] | None = None,
+) -> Measured:
     """Deploy ``scenario`` in a new lab, wait for every node, read everything, clean up.
 
     The run id is the scenario's name, as in the simulator (it is inside every
     payload, so the payload bytes are equal only then); each lab has fresh brokers.
+    The scenario's ``faults.partitions`` are applied in the kernel and each node of
+    ``kills`` (node -> seconds) is killed by SIGKILL, on that node's run clock
+    (:mod:`fedstrata.netlab.faults`).
     """
     sc = load_scenario(scenario)
+    faults = lab_faults(sc, kills)
     started = time.monotonic()
     with Lab() as lab:
         dep = deploy(lab, scenario, folder, sc.name, timeout_s=timeout_s)
-        codes = wait_nodes(dep, timeout_s + 30)
+        driver = _driver(dep, faults).start()
+        try:
+            codes = wait_nodes(dep, timeout_s + 30)
+        finally:
+            driver.stop()
+        if driver.errors:
+            raise TransportError(f"{folder}: faults not applied: {driver.errors}")
         try:
             result = _collect(lab, folder, dep, codes, time.monotonic() - started)
         except (OSError, ValueError, KeyError) as exc:
             raise TransportError(f"{folder}: the deployment left no usable record: {exc}") from exc
     leftovers = lab.leftovers()
+    extra = {"leftovers": leftovers, "faults": driver.report(), "offsets": driver.offsets()}
+    result = Measured(**{**result.__dict__, **extra})
     (folder / "measured.json").write_text(
         json.dumps({k: v for k, v in result.__dict__.items() if k != "rows"}, indent=1)
     )
-    return Measured(**{**result.__dict__, "leftovers": leftovers})
+    return result

@@ -11,11 +11,14 @@ to close after its link came back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import yaml
 
 from fedstrata.errors import ValidationError
 from fedstrata.netlab.compare import RoundRow
 
-__all__ = ["Waiting", "differences", "round_table", "waiting_round"]
+__all__ = ["Waiting", "differences", "round_table", "waiting_round", "with_faults"]
 
 TABLE_HEADER = (
     "| round | sim: took part / expected, ok | real: took part / expected, ok "
@@ -88,3 +91,25 @@ def waiting_round(rounds: list[RoundRow], healed_s: float) -> Waiting:
         if r.end_s > healed_s:
             return Waiting(r.round, r.end_s, r.end_s - healed_s, r.participants)
     raise ValidationError(f"no round closed after the link came back at {healed_s:.3f} s")
+
+
+def with_faults(
+    text: str,
+    partitions: list[dict[str, Any]] | None = None,
+    crashes: list[dict[str, Any]] | None = None,
+) -> str:
+    """Scenario YAML ``text`` with ``faults.partitions`` and ``faults.crashes`` replaced.
+
+    ``None`` or an empty list removes the key, so one base scenario gives the
+    simulator's file (with a crash) and the lab's (the crash left to a SIGKILL).
+    """
+    doc = yaml.safe_load(text)
+    faults = doc.setdefault("faults", {})
+    for key, value in (("partitions", partitions), ("crashes", crashes)):
+        if value:
+            faults[key] = value
+        else:
+            faults.pop(key, None)
+    if not faults:
+        doc.pop("faults")
+    return yaml.safe_dump(doc, sort_keys=False)

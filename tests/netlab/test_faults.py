@@ -3,10 +3,11 @@
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from fedstrata.errors import ValidationError
 from fedstrata.netlab.compare import RoundRow, per_round
-from fedstrata.netlab.faultcompare import differences, round_table, waiting_round
+from fedstrata.netlab.faultcompare import differences, round_table, waiting_round, with_faults
 from fedstrata.netlab.faults import FaultDriver, LabFault, lab_faults, log_started
 from fedstrata.netlab.lab import Lab
 from fedstrata.netlab.measure import fault_actor
@@ -163,3 +164,12 @@ def test_the_waiting_round_is_the_first_to_close_after_the_heal():
     assert (w.round, w.end_s, w.after_s, w.participants) == (2, 6.0, 1.5, 4)
     with pytest.raises(ValidationError, match="no round closed"):
         waiting_round(rounds, 7.0)
+
+
+def test_with_faults_replaces_or_removes_the_fault_keys():
+    part = [{"nodes": ["client-1"], "start": 4.0, "end": 6.5}]
+    text = with_faults(SCENARIO, crashes=[{"node": "client-2", "at": 4.0}])
+    doc = yaml.safe_load(text)
+    assert doc["faults"] == {"crashes": [{"node": "client-2", "at": 4.0}]}
+    assert yaml.safe_load(with_faults(text, partitions=part))["faults"] == {"partitions": part}
+    assert "faults" not in yaml.safe_load(with_faults(text))

@@ -2,11 +2,12 @@
 
 Before a run, each child's answer time is estimated from the scenario alone: its
 link's typical latency both ways (the median of the latency model), the model down and
-the partial up at the link's bandwidth, the client's local work at its
-``speed_gflops`` and, for a middle-tier node, its own collection. The work and the
-message sizes are the algorithm plug-in's (:attr:`~fedstrata.plugins.spec.
-AlgorithmPlugin.round_cost`: a lower bound of a client's costliest round); an
-algorithm without that declaration gets no estimate.
+the partial up at the link's bandwidth (under ``network.model: tcp`` with TCP/IP
+headers, and at the typical round trip with slow start and the loss-rate cap), the
+client's local work at its ``speed_gflops`` and, for a middle-tier node, its own
+collection. The work and the message sizes are the algorithm plug-in's
+(:attr:`~fedstrata.plugins.spec.AlgorithmPlugin.round_cost`: a lower bound of a
+client's costliest round); an algorithm without that declaration gets no estimate.
 
 An aggregator *overruns* when the quorum-th fastest of its children needs longer than
 its deadline. Without latency the rest is deterministic in the simulator (work at a
@@ -60,11 +61,12 @@ class Hop:
     compute: float
     below: float = 0.0  # a middle node: its own collection at the typical latency
     below_floor: float = 0.0  # ... and at zero latency
+    stall: float = 0.0  # TCP at the typical round trip: slow start, the loss-rate cap
 
     @property
     def total(self) -> float:
         """The answer time at the typical latency."""
-        return self.latency + self.transfer + self.compute + self.below
+        return self.latency + self.transfer + self.stall + self.compute + self.below
 
     @property
     def floor(self) -> float:
@@ -77,6 +79,7 @@ class Hop:
             ("latency", self.latency if latency else 0.0),
             ("collection below", self.below if latency else self.below_floor),
             ("transfer", self.transfer),
+            ("TCP slow start and loss", self.stall if latency else 0.0),
             ("compute", self.compute),
         ]
         return " + ".join(f"{name} {seconds(v)}" for name, v in shown if v > 0)
@@ -104,8 +107,23 @@ class Overrun:
         return self.hop.floor > self.deadline
 
 
-def _transfer(link: Any, nbytes: float) -> float:
-    return 0.0 if link.bandwidth_mbps is None else 8 * nbytes / (link.bandwidth_mbps * 1e6)
+def _transfer(sc: Scenario, link: Any, sizes: Sequence[float], rtt: float) -> tuple[float, float]:
+    """Seconds to send messages of ``sizes`` bytes over ``link``, one after the other.
+
+    Returns ``(at zero latency, more at the round trip rtt)``. Under ``network.model:
+    tcp`` the first counts TCP/IP headers, the second slow start and the loss-rate cap
+    of :class:`~fedstrata.sim.tcp.TcpModel` (no loss delays: they are random, and this
+    is a lower bound); under ``message-retry``, bytes at the bandwidth and nothing more.
+    """
+    from fedstrata.scenarios.build import tcp_model
+
+    bw = None if link.bandwidth_mbps is None else link.bandwidth_mbps * 1e6
+    tcp = tcp_model(sc)
+    if tcp is None:
+        return (0.0 if bw is None else 8 * sum(sizes) / bw), 0.0
+    floor = sum(tcp.transfer(int(n), bw, 0.0, 0.0) for n in sizes)
+    typical = sum(tcp.transfer(int(n), bw, rtt, link.loss) for n in sizes)
+    return floor, max(0.0, typical - floor)
 
 
 def client_hops(
@@ -133,10 +151,12 @@ def client_hops(
         largest = RoundCost(
             0.0, max(largest.down_bytes, cost.down_bytes), max(largest.up_bytes, cost.up_bytes)
         )
+        transfer, stall = _transfer(sc, link, (cost.down_bytes, cost.up_bytes), latency)
         hops[client] = Hop(
             latency=latency,
-            transfer=_transfer(link, cost.down_bytes + cost.up_bytes),
+            transfer=transfer,
             compute=cost.flops / (sc.topology.clients.speed_gflops * 1e9),
+            stall=stall,
         )
     return hops, largest
 
@@ -182,7 +202,8 @@ def round_overruns(sc: Scenario, data: PreparedData, model: Any) -> list[Overrun
         if level > 0:  # the tier's uplink: one latency model and size for all its nodes
             link = spec_of[name].link
             up_latency = 2 * typical_latency(link.latency)
-            up_transfer = _transfer(link, largest.down_bytes + largest.up_bytes)
+            sizes = (largest.down_bytes, largest.up_bytes)
+            up_transfer, up_stall = _transfer(sc, link, sizes, up_latency)
         for node in group:
             answers = [hop[ch] for ch in children.get(node, ())]
             if not answers:
@@ -198,6 +219,7 @@ def round_overruns(sc: Scenario, data: PreparedData, model: Any) -> list[Overrun
                 hop[node] = Hop(
                     latency=up_latency,
                     transfer=up_transfer,
+                    stall=up_stall,
                     compute=0.0,
                     below=min(slowest.total, deadline),
                     below_floor=min(slowest.floor, deadline),

@@ -194,6 +194,8 @@ faults:
   crashes:
     - {node: client-5, at: 0.1, restart_after: 0.15}
     - {node: client-7, at: 0.12}
+# a partition loses messages under message-retry (under tcp it only delays them)
+network: {model: message-retry}
 """
 
 

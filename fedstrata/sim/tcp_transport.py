@@ -95,6 +95,26 @@ class TcpTransport:
         eng.live += 1
         eng._schedule(hop, NORMAL, d)
 
+    def _puback_losses(self, hop: Hop, now: float) -> None:
+        """Count the expected resends a PUBACK's loss causes (bytes only: no delivery waits).
+
+        A lost PUBACK is resent like any TCP data (``loss / (1 - loss)`` times on
+        average), and until it arrives the publisher's last segment goes unacknowledged,
+        so its tail loss probe resends that segment once (probability ``loss``).
+        """
+        port = hop.port
+        link, conn = port.link, port.conn
+        if link is None or conn is None:
+            return
+        loss = link.conditions(now).loss if link.windows else link.loss
+        if not 0.0 < loss < 1.0:
+            return
+        model = self.model
+        size = hop.msg.size1
+        last = size - (-(-size // model.mss) - 1) * model.mss  # the last segment's data
+        resent = (self._engine.puback_bytes + model.header) * loss / (1.0 - loss)
+        conn.resent_bytes += resent + (last + model.header) * loss
+
     @staticmethod
     def _down(port: Port, now: float) -> bool:
         link = port.link
@@ -170,6 +190,7 @@ class TcpTransport:
             port = hop.port
             port.ack_down_bytes += eng.puback_bytes
             port.ip_down += self._puback_ip
+            self._puback_losses(hop, now)
         if eng.events is not None:
             eng._log_msg("recv", hop, None, False)
         eng.fanout(hop.port.broker, hop.msg, now, None)
@@ -195,6 +216,7 @@ class TcpTransport:
             port = hop.port
             port.ack_up_bytes += eng.puback_bytes
             port.ip_up += self._puback_ip
+            self._puback_losses(hop, now)
             if port.conn is not None:
                 port.conn.puback_sent(now)
         eng.hand_over(ns, hop, now)

@@ -57,10 +57,11 @@ def test_latency_50_warns_twice_and_the_run_then_stalls(tmp_path):
     assert res.stderr.splitlines() == [
         "s.yaml:28: topology.clients.link.latency: warning: latency 50 is read as 50 s (a bare "
         "number is seconds); if you meant milliseconds write 50ms",
-        # fog deadline 0.8 x 2 s; each client answers after 50 s down and 50 s up
+        # fog deadline 0.8 x 2 s; each client answers after 50 s down and 50 s up; the
+        # 128 B model down and 128 B up, each with a 52 B TCP/IP header: 360 B at 5 Mbit/s
         "s.yaml:46: protocol.deadline_s: warning: every round of fog-0 (fog) misses its 1.6 s "
         "deadline: its quorum of children needs at least about 100 s to answer (latency 100 s "
-        "+ transfer 0.41 ms + compute 0.0326 ms), so rounds fail and the run stalls; raise the "
+        "+ transfer 0.576 ms + compute 0.0326 ms), so rounds fail and the run stalls; raise the "
         "deadline or check the links and speeds",
     ]
     # what the warning foretells: the run stalls in setup
@@ -86,8 +87,9 @@ def test_units_and_fitting_deadlines_give_no_warning(tmp_path):
 def test_mapping_latency_bandwidth_and_compute(tmp_path):
     # value: 3 in a mapping: 3 s each way, 6 s > 2 s
     mapping = flat(tmp_path, "mapping", "{latency: {dist: constant, value: 3}}")
-    # 25 samples x 4 clusters... the model is 4 x 4 floats = 128 B; down and up 256 B
-    # = 2048 bits at 1e-3 Mbps (1,000 bit/s): 2.05 s > 2 s
+    # 25 samples x 4 clusters... the model is 4 x 4 floats = 128 B; down and up, each with
+    # a 52 B TCP/IP header (network.model: tcp): 360 B = 2880 bits at 1e-3 Mbps
+    # (1,000 bit/s): 2.88 s > 2 s
     slow_link = flat(tmp_path, "slowlink", "{latency: 0.0, bandwidth_mbps: 0.001}")
     # a client holds 50 of the 100 samples: 50 x 4 x 4 x 1 x 30 flops = 24,000 at 1e-5 GFLOP/s
     slow_cpu = flat(tmp_path, "slowcpu", "{latency: 0.0}", speed="1.0e-5")
@@ -107,7 +109,7 @@ def test_mapping_latency_bandwidth_and_compute(tmp_path):
     assert res.returncode == 1
     lines = res.stderr.splitlines()
     assert lines[0].startswith("slowlink.yaml:10: protocol.deadline_s: rounds of cloud (cloud) ")
-    assert "at least 2.05 s even with no latency (transfer 2.05 s + compute" in lines[0]
+    assert "at least 2.88 s even with no latency (transfer 2.88 s + compute" in lines[0]
     assert lines[1].startswith("slowcpu.yaml:10: protocol.deadline_s: rounds of cloud (cloud) ")
     assert "at least 2.4 s even with no latency (compute 2.4 s)" in lines[1]
     assert len(lines) == 2

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from simpy.events import NORMAL
 
-from fedstrata.sim.state import Hop, Port, Status
+from fedstrata.sim.state import FAST, SLOW, Hop, Port, Status
 from fedstrata.sim.tcp import TcpModel
 
 if TYPE_CHECKING:
@@ -86,7 +86,10 @@ class TcpTransport:
         if port.broker.access is not None and not self._down(port, now):
             self._queue(hop, ip * 8.0)
             return
-        d = port.tcp_delay(size, now, up, q)
+        if port.mode == FAST and segments <= model.initial_window:
+            d = self._plain(port, ip, now, up)
+        else:
+            d = port.tcp_delay(size, now, up, q)
         if d < 0:  # the connection closed under a QoS 0 message
             eng.drop(port.ns, "outage", hop)
             return
@@ -94,6 +97,39 @@ class TcpTransport:
         hop.callbacks = self._cb_broker if up else self._cb_node  # type: ignore[assignment]
         eng.live += 1
         eng._schedule(hop, NORMAL, d)
+
+    @staticmethod
+    def _plain(port: Port, ip: int, now: float, up: bool) -> float:
+        """Return the delay on a link without loss, jitter or windows (a FAST port).
+
+        :meth:`~fedstrata.sim.tcp.TcpConnection.delay` for a message within the initial
+        window, with the same floats and fewer calls (the kernel's hot path).
+        """
+        conn = port.conn
+        assert conn is not None
+        buf = port.lat_buf
+        lat = buf.pop() if buf else port.refill()
+        bw = port.link.bandwidth_bps  # type: ignore[union-attr]
+        start = conn.free_up if up else conn.free_down
+        if start < now:
+            start = now
+        sent = start + (0.0 if bw is None else ip * 8 / bw)
+        arrive = sent + lat
+        if up:
+            if arrive < conn.last_up:
+                arrive = conn.last_up
+            conn.free_up = sent
+            conn.last_up = arrive
+            if sent > conn.seg_up:
+                conn.seg_up = sent
+        else:
+            if arrive < conn.last_down:
+                arrive = conn.last_down
+            conn.free_down = sent
+            conn.last_down = arrive
+            if sent > conn.seg_down:
+                conn.seg_down = sent
+        return arrive - now
 
     def _puback_losses(self, hop: Hop, now: float) -> None:
         """Count the expected resends a PUBACK's loss causes (bytes only: no delivery waits).
@@ -190,7 +226,8 @@ class TcpTransport:
             port = hop.port
             port.ack_down_bytes += eng.puback_bytes
             port.ip_down += self._puback_ip
-            self._puback_losses(hop, now)
+            if port.mode == SLOW:  # only a SLOW link can lose
+                self._puback_losses(hop, now)
         if eng.events is not None:
             eng._log_msg("recv", hop, None, False)
         eng.fanout(hop.port.broker, hop.msg, now, None)
@@ -216,7 +253,8 @@ class TcpTransport:
             port = hop.port
             port.ack_up_bytes += eng.puback_bytes
             port.ip_up += self._puback_ip
-            self._puback_losses(hop, now)
+            if port.mode == SLOW:
+                self._puback_losses(hop, now)
             if port.conn is not None:
                 port.conn.puback_sent(now)
         eng.hand_over(ns, hop, now)

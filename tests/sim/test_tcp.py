@@ -235,3 +235,31 @@ def test_a_segment_lost_near_the_end_costs_the_repair_minus_what_follows() -> No
     assert got == pytest.approx(0.00125 + 0.04 - 0.0024)
     # u small: the nearest lost segment is far from the end, the repair is hidden
     assert m.loss_delay(nbytes, 0.001, 0.5, 0.0012, _draws(0.9, 1e-6)) == 0.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 20_000), min_size=1, max_size=10),
+    latency=st.floats(0.0, 0.3),
+    bw=st.one_of(st.none(), st.floats(1e4, 1e9)),
+    gaps=st.lists(st.floats(0.0, 0.5), min_size=10, max_size=10),
+)
+def test_the_fast_path_gives_the_general_paths_times(
+    sizes: list[int], latency: float, bw: float | None, gaps: list[float]
+) -> None:
+    # a degradation window that never applies makes a link take the general (SLOW) path
+    from fedstrata.sim.links import Degradation
+
+    def times(link: Link) -> list[float]:
+        sim, dst = _pair(link)
+        t, schedule = 0.0, []
+        for i, (size, gap) in enumerate(zip(sizes, gaps, strict=False)):
+            t += gap
+            schedule.append((t, "t", i.to_bytes(2, "big") + bytes(size), 1))
+        sim.add_node(publish_at("src", schedule), connections=[Connection("b", link)])
+        sim.run()
+        return [d[0] for d in dst.deliveries()]
+
+    fast = Link(Constant(latency), bandwidth_bps=bw)
+    slow = fast.with_windows(Degradation(1e8, 2e8))
+    assert times(fast) == times(slow)

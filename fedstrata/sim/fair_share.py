@@ -83,11 +83,6 @@ class FairShare:
         self._t = 0.0
         self._token = 0
 
-    @property
-    def active(self) -> int:
-        """Flows in progress."""
-        return len(self._flows)
-
     def add(self, bits: float, cap_bps: float | None, done: Callable[[float], None]) -> None:
         """Start a flow of ``bits`` limited to ``cap_bps`` (its own link; ``None``: no limit).
 

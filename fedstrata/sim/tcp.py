@@ -124,19 +124,6 @@ class TcpModel:
         """Return the number of TCP segments that carry ``nbytes`` (at least one)."""
         return max(1, -(-nbytes // self.mss))
 
-    def ip_bytes(self, nbytes: int) -> int:
-        """Return the IP-level bytes of ``nbytes`` of MQTT data: data plus a header per segment."""
-        return nbytes + self.segments(nbytes) * self.header
-
-    def ack_bytes(self, nbytes: int) -> int:
-        """Return the IP-level bytes of the pure ACKs the receiver returns for ``nbytes``.
-
-        Linux acknowledges every second full segment (delayed ACK); the last
-        one is a pure ACK too, unless a reply (a PUBACK) carries it, which the
-        caller counts apart.
-        """
-        return (self.segments(nbytes) // 2) * self.header
-
     def transfer(self, nbytes: int, bandwidth_bps: float | None, rtt: float, loss: float) -> float:
         """Return the seconds from the first byte sent to the last byte sent, without loss delays.
 

@@ -14,14 +14,19 @@ the simulator's ``network.ip_bytes``; no namespace left behind.
 The mean, not the median: at this loss a round either sees a retransmission timeout
 (about 0.2 s added) or does not (a few ms), and about half of the real rounds do, so
 the median of 40 rounds jumps between the two modes from one run to the next while
-the mean does not. A 10 % trimmed mean (the 4 largest and 4 smallest of 39 rounds
-dropped, on both sides alike): inside the suite, beside other tests on two cores, the
-CPU once stalled a few real rounds by seconds (a mean of 0.306 s with a median of
-0.221 s), which is the machine's load, not the network. The median and p90 are
-printed.
+the mean does not. The model predicts the expected added time, so the plain mean is
+compared (a trimmed mean was tried and dropped: the two distributions differ in shape,
+the model's with more rounds near 0 and a longer back-off tail, so trimming both alike
+moved them 0.05 s apart, and CI failed on it). The tolerance is statistical: the means
+may differ by three standard errors of their difference plus 10 % of the measured
+mean. The simulator's mean pools six seeds, so its own draw (a seed-to-seed s.d. of
+0.03 s) hardly counts; a real round that the machine's load stalled by seconds raises
+the measured standard error with the mean, so load loosens the test instead of failing
+it, while a model 2x off or the message-retry model (5 s) still fails. The median and
+p90 are printed.
 
 On 2026-11-27 (this machine, Linux 6.18, Mosquitto 2.0.11), plain means: measured
-0.156-0.167 s, the TCP model 0.149 s, message-retry 5.25 s; kernel TCP/IP bytes 371,258-376,794 against
+0.142-0.167 s, the TCP model 0.141 s (six seeds pooled), message-retry 5.25 s; kernel TCP/IP bytes 371,258-376,794 against
 the model's 383,062 (+1.7 to +3.2 %). See docs/network-validation.md for the grid.
 
 Needs root, ``ip``, ``tc``, ``nft``, ``ss`` and ``mosquitto``: skipped without them,
@@ -34,7 +39,9 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
 
 from fedstrata.broker.launcher import find_mosquitto
 from fedstrata.errors import TransportError
@@ -56,10 +63,12 @@ algorithm: {name: hk-mvfc, n_clusters: 4, center_update: exact}
 protocol: {rule: sum, rounds: 40, tol: 0.0, deadline_s: 60}
 """
 LOSS, MBPS = 0.10, 10
-MEAN_TOL, MEAN_FLOOR_S = 0.3, 0.05
-"""The simulated mean network-added round time within 30 % (or 0.05 s) of the measured
-one: the two sides draw their losses independently, and over 40 rounds the mean of a
-two-mode quantity (0 or about one RTO) varies by about 15 % from run to run."""
+SEED = 5
+SIM_SEEDS = 6
+"""Seeds the simulator's mean pools (each run's losses are its own draws)."""
+N_SE, SYSTEMATIC = 3.0, 0.10
+"""The means may differ by ``N_SE`` standard errors of their difference plus
+``SYSTEMATIC`` of the measured mean."""
 BYTES_TOL = 0.05
 """Kernel-counted TCP/IP bytes within 5 % of the simulator's ``network.ip_bytes``."""
 
@@ -85,12 +94,32 @@ def _need_lab() -> None:
         pytest.skip("; ".join(problems))
 
 
-def _added(rows, base_rows) -> tuple[float, float, float]:
-    """10 % trimmed mean, median and p90 of the network-added round times."""
-    added = sorted(network_added(round_durations(rows), round_durations(base_rows)))
-    cut = len(added) // 10
-    kept = added[cut : len(added) - cut]
-    return (sum(kept) / len(kept), *quantiles(added))
+def _added(runs) -> tuple[float, float, float, float]:
+    """Mean, its standard error, median and p90 of the network-added round times.
+
+    ``runs`` is a list of (lossy rows, base rows) pairs, pooled.
+    """
+    added = np.concatenate(
+        [network_added(round_durations(rows), round_durations(base)) for rows, base in runs]
+    )
+    se = float(np.std(added, ddof=1) / np.sqrt(len(added)))
+    return (float(np.mean(added)), se, *quantiles(list(added)))
+
+
+def _simulate(paths: dict[str, Path], tmp: Path, model: str, seeds: range):
+    """(lossy rows, base rows) of the simulator at each seed, and the first lossy run."""
+    runs, first = [], None
+    for seed in seeds:
+        res = {}
+        for tag, path in paths.items():
+            doc = yaml.safe_load(path.read_text())
+            doc["seed"] = seed
+            seeded = tmp / f"{tag}-{model}-{seed}.yaml"
+            seeded.write_text(yaml.safe_dump(doc, sort_keys=False))
+            res[tag] = simulate_file(seeded, tmp / f"sim-{model}-{tag}-{seed}", model)
+        first = first or res["lossy"]
+        runs.append((res["lossy"].rows, res["base"].rows))
+    return runs, first
 
 
 def test_a_lossy_flat_federation_on_the_kernel_matches_the_tcp_model(tmp_path: Path):
@@ -106,12 +135,9 @@ def test_a_lossy_flat_federation_on_the_kernel_matches_the_tcp_model(tmp_path: P
     finally:
         left = [ns for ns in list_namespaces(SubprocessRunner()) if ns.startswith(prefix_for())]
     assert left == [], f"namespaces left behind: {left}"
-    sims = {
-        (model, tag): simulate_file(p, tmp_path / f"sim-{model}-{tag}", model)
-        for model in ("tcp", "message-retry")
-        for tag, p in paths.items()
-    }
-    lossy, sim = real["lossy"], sims["tcp", "lossy"]
+    tcp_runs, sim = _simulate(paths, tmp_path, "tcp", range(SEED, SEED + SIM_SEEDS))
+    retry_runs, _ = _simulate(paths, tmp_path, "message-retry", range(SEED, SEED + 1))
+    lossy = real["lossy"]
     assert set(lossy.statuses.values()) == {"finished"}, lossy.statuses
     assert set(lossy.exit_codes.values()) == {0}, lossy.exit_codes
     assert lossy.dropped_packets > 0 and lossy.queue_drops == 0
@@ -120,15 +146,19 @@ def test_a_lossy_flat_federation_on_the_kernel_matches_the_tcp_model(tmp_path: P
     payload = sim.summary["payload_bytes"]
     assert (lossy.payload_up, lossy.payload_down) == (payload["up"], payload["down"])
 
-    measured = _added(lossy.rows, real["base"].rows)
-    tcp = _added(sim.rows, sims["tcp", "base"].rows)
-    retry = _added(sims["message-retry", "lossy"].rows, sims["message-retry", "base"].rows)
+    measured = _added([(lossy.rows, real["base"].rows)])
+    tcp = _added(tcp_runs)
+    retry = _added(retry_runs)
     for name, v in (("measured", measured), ("tcp", tcp), ("message-retry", retry)):
-        print(f"network-added s, {name}: mean {v[0]:.3f} median {v[1]:.3f} p90 {v[2]:.3f}")
-    tol = max(MEAN_TOL * measured[0], MEAN_FLOOR_S)
+        print(
+            f"network-added s, {name}: mean {v[0]:.3f} (s.e. {v[1]:.3f}) "
+            f"median {v[2]:.3f} p90 {v[3]:.3f}"
+        )
+    tol = N_SE * float(np.hypot(measured[1], tcp[1])) + SYSTEMATIC * measured[0]
+    print(f"tolerance {tol:.3f} s")
     # the test can tell the models apart: the message-retry model misses by far more
-    assert abs(retry[0] - measured[0]) > 4 * tol, (retry, measured)
-    assert abs(tcp[0] - measured[0]) <= tol, (tcp, measured)
+    assert abs(retry[0] - measured[0]) > 4 * tol, (retry, measured, tol)
+    assert abs(tcp[0] - measured[0]) <= tol, (tcp, measured, tol)
 
     wire, kind = sim_wire_bytes(sim.summary)
     print(f"bytes: kernel TCP/IP {lossy.tcp_bytes}, simulator {kind} {wire}")

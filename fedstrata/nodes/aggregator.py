@@ -66,6 +66,7 @@ from fedstrata.nodes.setup_rounds import SetupRounds
 from fedstrata.nodes.stopping import RunStatus, StopRules
 from fedstrata.nodes.strategy import Closing, Contribution, Placement, Strategy, strategy_for
 from fedstrata.nodes.topics import AggregatorTopics
+from fedstrata.privacy.layout import Layout
 from fedstrata.privacy.signing import AuthenticationError
 
 __all__ = ["AggregatorNode", "AggregatorState", "RunStatus"]
@@ -182,6 +183,8 @@ class AggregatorNode:
                 f"{self.algorithm.name} is not additive"
             )
         self._setup = SetupRounds(sorted(self.children), quorum=quorum, seed=seed)
+        # root: the request of the setup stage in progress (None: the first stage)
+        self._setup_request: dict[str, Any] | None = None
         self.state = AggregatorState.NEW
         self.global_state = init_state
         self._fixed_init = init_state is not None
@@ -314,6 +317,8 @@ class AggregatorNode:
         body: dict[str, Any] = {"phase": phase}
         if sub:
             body["sub"] = sub
+        if phase == "setup" and self._setup_request is not None:
+            body["request"] = self._setup_request
         if state is not None:
             if self.is_root and phase == "iter":  # the schedule of the iteration it is for
                 state = self.algorithm.at_iteration(state, self.stop.successes + 1, self.extras)
@@ -357,11 +362,12 @@ class AggregatorNode:
                 body["ask"] = ask
             self.state = AggregatorState.COLLECTING
             self._secure = None
-            if self._layout is not None and self.phase != "setup":
+            layout = self._round_layout(body)
+            if layout is not None:
                 self._secure, setup = SecureRound.open(
                     sorted(self.children) if ask is None else ask,
                     self.protocol,
-                    self._layout,
+                    layout,
                     node=self.node_id,
                     round_=round_,
                     sub=self.sub,
@@ -395,6 +401,19 @@ class AggregatorNode:
             effects.append(timer or SetTimer(name=_DEADLINE, delay_s=self.deadline_s))
         return effects
 
+    def _round_layout(self, body: dict[str, Any]) -> Layout | None:
+        """What this round's secure session sums (None: no session).
+
+        The plug-in's partial layout in a model round; in a setup round the layout of
+        the setup stage the body asks for, when the plug-in's setup replies are sums
+        (a private setup), else none: the setup then travels in the clear.
+        """
+        if self._layout is None:
+            return None
+        if self.phase != "setup":
+            return self._layout
+        return self.algorithm.setup_layout(body.get("request"))
+
     def _start(self) -> list[Effect]:
         if self.algorithm.needs_setup(self._fixed_init):
             return self._broadcast(0, self._model_body("setup", None))
@@ -408,7 +427,7 @@ class AggregatorNode:
             raise WireError(f"expected an update on {self.topics.children_up}, got {env.kind!r}")
         if env.sender not in self.children:
             return [Record(kind="foreign", fields=fields)]
-        if env.kind == "secagg" or (self._session_open() and self.phase != "setup"):
+        if env.kind == "secagg" or self._session_open():
             return self._on_secagg_reply(env, nbytes, fields)
         sub = env.body.get("sub", 0)
         staleness = self.round - env.round
@@ -441,7 +460,7 @@ class AggregatorNode:
     def _on_deadline(self) -> list[Effect]:
         if self.state is not AggregatorState.COLLECTING:
             return []
-        if self._layout is not None and self.phase != "setup":
+        if self._secure is not None:
             return self._secure_step()
         return self._close(deadline=True)
 
@@ -499,7 +518,8 @@ class AggregatorNode:
             need = self.need
         if self._secure is None:
             return self._closed(Closing(None, 0, need, {"secure_failure": "no secure session"}))
-        out = self._secure.step(self.algorithm, need)
+        checker = _SetupCheck(self.algorithm) if self.phase == "setup" else self.algorithm
+        out = self._secure.step(checker, need)  # type: ignore[arg-type]
         if isinstance(out, Closing):
             return self._closed(out)
         effects: list[Effect] = [self._publish_member(m, message) for m, message in out.items()]
@@ -638,11 +658,18 @@ class AggregatorNode:
         ok = closing.ok
         if ok:
             assert closing.total is not None
+            request = self.algorithm.setup_request(closing.total)
+            if request is not None:  # another stage, under what this one released
+                self._setup_request = request
+                self.stop.failed_streak = 0
+                return self._broadcast(self.round + 1, self._model_body("setup", None))
             state, extras, complete = self.algorithm.after_setup(
                 closing.total, self.global_state if self._fixed_init else None
             )
             self.extras = extras
             ok = complete  # e.g. a view nobody reported: wait for a setup that covers all
+            if not complete:
+                self._setup_request = None  # start the staged setup over
             if state is not None:
                 self.global_state = state
         if not ok or self.global_state is None:
@@ -757,7 +784,7 @@ class AggregatorNode:
                     self._waiting = env
                 return []
         self._plan_quorum(body.get("quorum") if phase == "iter" else None)
-        joined = self._join_parent_session(env) if phase == "iter" else []
+        joined = self._join_parent_session(env) if phase == "iter" or "secagg" in body else []
         if phase == "setup" or self.period == 1:
             return [*joined, CancelTimer(name=_DEADLINE), *self._broadcast(env.round, body)]
         self.global_state, extras = self.algorithm.read_model(body)
@@ -774,6 +801,11 @@ class AggregatorNode:
         """Answer the setup of the parent's session; this round's sum will be the input."""
         if self._parent_session is None:
             return []
+        setup = env.body.get("phase") == "setup"
+        layout = self.algorithm.setup_layout(env.body.get("request")) if setup else self._layout
+        if layout is None:
+            return []
+        self._parent_session.layout = layout
         return self._up_secagg(self._parent_session.join(self.protocol, env))
 
     def _on_parent_secagg(self, env: wire.Envelope) -> list[Effect]:
@@ -842,8 +874,9 @@ class AggregatorNode:
             return []  # the parent's deadline copes; nothing partial is forwarded below quorum
         total = closing.total
         assert total is not None
-        if self.phase == "setup":
-            return [self._publish_up(total)]
+        if self.phase == "setup":  # a private setup's sum goes up masked, as a round's
+            joined = self._parent_session is not None and self._parent_session.member is not None
+            return self._forward(total) if joined else [self._publish_up(total)]
         overflow = Record(
             kind="dropped",
             fields={
@@ -885,3 +918,14 @@ class AggregatorNode:
         partial = self.algorithm.subtree_partial(self.global_state, total)
         self.sub = 0
         return self._forward(partial)
+
+
+class _SetupCheck:
+    """An algorithm seen by a secure session's close: a setup stage's sum is a setup reply."""
+
+    def __init__(self, algorithm: Algorithm) -> None:
+        self._algorithm = algorithm
+
+    def check_partial(self, body: dict[str, Any]) -> None:
+        """Validate an unmasked setup sum like any setup reply."""
+        self._algorithm.check_setup(body)

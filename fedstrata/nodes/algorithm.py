@@ -69,8 +69,12 @@ class Learner(ABC):
     n_samples: int
 
     @abstractmethod
-    def setup(self) -> tuple[dict[str, Any], float]:
-        """The body answering the setup round, and the flops it cost."""
+    def setup(self, request: dict[str, Any] | None = None) -> tuple[dict[str, Any], float]:
+        """The body answering a setup round, and the flops it cost.
+
+        ``request`` is what the root asked for in a later setup stage
+        (:meth:`Algorithm.setup_request`); None in the first.
+        """
 
     def configure(self, extras: dict[str, Any]) -> None:
         """Take the run's extras (:meth:`Algorithm.after_setup`), sent once per run.
@@ -130,6 +134,24 @@ class Algorithm(ABC):
         self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
     ) -> dict[str, Any]:
         """Merge validated setup replies into one (a middle tier forwards it upwards)."""
+
+    def setup_request(self, total: dict[str, Any]) -> dict[str, Any] | None:
+        """Root: after a setup stage closed on ``total``, the next stage's request.
+
+        None (the default): the setup is complete and :meth:`after_setup` follows. A
+        dict: the root opens another setup round whose broadcast carries it as
+        ``request``, handed to each client's :meth:`Learner.setup` (a private setup
+        asks for sums under public quantities that the first stage released).
+        """
+        return None
+
+    def setup_layout(self, request: dict[str, Any] | None) -> Layout | None:
+        """The summed fields of a setup stage's replies, or None: they are not summable.
+
+        With a layout and secure aggregation on, the setup round is a secure session
+        like any other round, and aggregators learn only the sum of the replies.
+        """
+        return None
 
     @abstractmethod
     def after_setup(

@@ -39,6 +39,7 @@ from fedstrata.nodes.events import (
 from fedstrata.nodes.runconfig import model_config, read_config
 from fedstrata.nodes.sealing import PLAIN, Seal, client_routes, rejected
 from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
+from fedstrata.privacy.layout import Layout
 from fedstrata.privacy.signing import AuthenticationError
 
 __all__ = ["ClientNode", "ClientState"]
@@ -278,10 +279,10 @@ class ClientNode:
         if phase == "final":
             return self._finish(env.round, body)
         if phase == "setup":
-            reply, flops = self.learner.setup()
-            return [Compute(flops=flops), self._publish(env.round, reply)]
+            return self._answer_setup(env)
         if self._layout is not None:
-            return self._answer_secure(env)
+            partial, flops = self.learner.update(body)
+            return self._answer_secure(env, partial, flops, self._layout)
         partial, flops = self.learner.update(body)
         if sub:
             partial["sub"] = int(sub)
@@ -292,7 +293,20 @@ class ClientNode:
 
     # -- secure aggregation ------------------------------------------------------------
 
-    def _answer_secure(self, env: wire.Envelope) -> list[Effect]:
+    def _answer_setup(self, env: wire.Envelope) -> list[Effect]:
+        """Answer a setup stage: in a secure session when its replies are sums, else plain."""
+        request = env.body.get("request")
+        if request is not None and not isinstance(request, dict):
+            raise WireError("body field 'request' must be a map")
+        reply, flops = self.learner.setup(request) if request is not None else self.learner.setup()
+        layout = None if self._layout is None else self.algorithm.setup_layout(request)
+        if layout is not None:
+            return self._answer_secure(env, reply, flops, layout)
+        return [Compute(flops=flops), self._publish(env.round, reply)]
+
+    def _answer_secure(
+        self, env: wire.Envelope, partial: dict[str, Any], flops: float, layout: Layout
+    ) -> list[Effect]:
         """Join the round's secure session: keys now, the masked partial when asked."""
         body = env.body
         fields = {"node": self.node_id, "round": env.round}
@@ -309,11 +323,9 @@ class ClientNode:
                     },
                 )
             ]
-        assert self._layout is not None
         sub = int(body.get("sub", 0))
-        partial, flops = self.learner.update(body)
         try:
-            member = SecureMember(self.node_id, self.protocol, self._layout, setup)
+            member = SecureMember(self.node_id, self.protocol, layout, setup)
             member.provide(partial, skip=("sub",))
             reply = member.keys()
         except REFUSALS as exc:  # refused parameters, out-of-range values: sit this one out

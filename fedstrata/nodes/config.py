@@ -7,6 +7,7 @@ from typing import Any
 
 from fedstrata.errors import ValidationError
 from fedstrata.nodes.rounds import STRAGGLER_POLICIES
+from fedstrata.privacy.sample_dp import PrivateConfig
 
 __all__ = ["TOL_MODES", "Address", "ProtocolConfig"]
 
@@ -111,6 +112,10 @@ class ProtocolConfig:
         ``dp_noise · dp_clip / sqrt(dp_shares)``, so that a sum of at least
         ``dp_shares`` members (the smallest threshold of the edge groups) carries the
         full variance. 1: every release carries it (local DP).
+    private
+        The private pipeline (:class:`~fedstrata.privacy.sample_dp.PrivateConfig`):
+        with secure aggregation or DP on, a setup of sums only and, under
+        ``dp.unit: sample``, sample-level DP rounds; None: the plain setup.
     secure
         Secure aggregation (:mod:`fedstrata.nodes.secure`): ``"none"``, ``"secagg"``
         (Bonawitz et al. 2017) or ``"secagg+"`` (Bell et al. 2020) at every tier.
@@ -155,6 +160,7 @@ class ProtocolConfig:
     secure_threshold: int | float | None = None
     secure_neighbours: int | None = None
     secure_scale_bits: int = 24
+    private: PrivateConfig | None = None
 
     def noise_multiplier(self, release: int) -> float:
         """The noise multiplier z of a client's ``release``-th noisy partial (0-based)."""

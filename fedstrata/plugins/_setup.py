@@ -17,6 +17,8 @@ import numpy as np
 
 from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
+from fedstrata.errors import WireError
+from fedstrata.plugins import private_setup
 from fedstrata.plugins.messages import (
     Shape,
     merge_reference_bodies,
@@ -26,6 +28,8 @@ from fedstrata.plugins.messages import (
     read_references,
     references_body,
 )
+from fedstrata.privacy.layout import Layout, flatten
+from fedstrata.privacy.sample_dp import PrivateConfig
 
 __all__ = ["SharedSetupRound", "check_setup_body", "merge_setup_bodies", "setup_body"]
 
@@ -75,19 +79,83 @@ def merge_setup_bodies(
 
 
 class SharedSetupRound:
-    """``check_setup`` and ``merge_setup`` of a plug-in that uses this setup round.
+    """The setup round of a plug-in that uses this module: plain, or private in two stages.
 
-    Mixed into an :class:`~fedstrata.nodes.algorithm.Algorithm` that has ``shape``.
+    Mixed into an :class:`~fedstrata.nodes.algorithm.Algorithm` that has ``shape`` and
+    ``protocol``. With ``protocol.private`` set (secure aggregation or DP on), the
+    setup is :mod:`fedstrata.plugins.private_setup`'s: replies are sums (a secure
+    session sums them), the root asks for the second stage under the first one's
+    frame, and :meth:`plain_setup` turns the second stage's sum into the references
+    and candidates the plug-in's ``after_setup`` reads.
     """
 
     shape: Shape
+    protocol: Any
+    #: Root only: the frame the first private stage released (set by setup_request).
+    _frame: dict[str, Any] | None = None
+
+    @property
+    def private(self) -> PrivateConfig | None:
+        """The private pipeline's settings (None: the plain setup)."""
+        return getattr(self.protocol, "private", None)
+
+    def _stage_layout(self, body: dict[str, Any] | None) -> Layout:
+        assert self.private is not None
+        stage = 1 if body is None else body.get("stage")
+        if stage not in (1, 2):
+            raise WireError(f"unknown private setup stage {stage!r}")
+        return private_setup.setup_layout(self.shape, int(stage), self.private.cells)
+
+    def setup_layout(self, request: dict[str, Any] | None) -> Layout | None:
+        """A private stage's summed fields (None for the plain setup: not summable)."""
+        return None if self.private is None else self._stage_layout(request)
+
+    def setup_reply(
+        self,
+        views: Sequence[np.ndarray],
+        view_ids: Sequence[int],
+        request: dict[str, Any] | None,
+        rng: np.random.Generator | None,
+    ) -> dict[str, Any]:
+        """A client's private stage reply (``rng``: its DP noise stream)."""
+        private = self.private
+        assert private is not None
+        if request is None:
+            return private_setup.moments_body(views, view_ids, self.shape, private, rng)
+        return private_setup.cells_body(views, view_ids, self.shape, private, request, rng)
 
     def check_setup(self, body: dict[str, Any]) -> None:
-        """References and candidates must parse (WireError otherwise)."""
-        check_setup_body(body, self.shape)
+        """References and candidates (plain), or a stage's finite sums (private)."""
+        if self.private is None:
+            check_setup_body(body, self.shape)
+            return
+        vector = flatten(body, self._stage_layout(body), skip=("sub",))
+        if not np.isfinite(vector).all():
+            raise WireError("a private setup reply holds non-finite sums")
 
     def merge_setup(
         self, bodies: Sequence[dict[str, Any]], rng: np.random.Generator
     ) -> dict[str, Any]:
-        """Pooled references and the candidates reduced to ``n_clusters`` (k-means++)."""
-        return merge_setup_bodies(bodies, self.shape, rng)
+        """Plain: pooled references and reduced candidates. Private: the stage's sum."""
+        if self.private is None:
+            return merge_setup_bodies(bodies, self.shape, rng)
+        return private_setup.sum_setup_bodies(bodies, self._stage_layout(bodies[0]))
+
+    def setup_request(self, total: dict[str, Any]) -> dict[str, Any] | None:
+        """Root, private: after the moments, the cells stage under their frame."""
+        private = self.private
+        if private is None or total.get("stage") != 1:
+            return None
+        self._frame = private_setup.frame_of(total, self.shape, private)
+        return private_setup.setup_request(self._frame, private.seed)
+
+    def plain_setup(self, merged: dict[str, Any]) -> dict[str, Any]:
+        """The merged setup as the plain setup's (references, candidates) for ``after_setup``."""
+        private = self.private
+        if private is None or merged.get("stage") != 2:
+            return merged
+        if self._frame is None:
+            raise WireError("the cells stage closed before any moments were released")
+        rng = np.random.default_rng([private.seed, 37])
+        seeded = private_setup.seed_from_cells(merged, self._frame, self.shape, private, rng)
+        return private_setup.plain_setup(self._frame, seeded, self.shape, private)

@@ -94,8 +94,12 @@ class DeepLearner(ScaledViewsLearner):
         # forward + backward ≈ 6 flops per parameter and sample
         return float(6 * self.algorithm.parameters * self.n_samples * max(epochs, 1) * models)
 
-    def setup(self) -> tuple[dict[str, Any], float]:
-        """Per-view ranges (min/max/sum) and, from a full-view client, k-means candidates."""
+    def setup(self, request: dict[str, Any] | None = None) -> tuple[dict[str, Any], float]:
+        """Per-view ranges (min/max/sum) and, from a full-view client, k-means candidates.
+
+        One stage only (``request`` is always None): the deep family supports neither
+        secure aggregation nor DP, so it never runs the private setup.
+        """
         body = setup_body(self.views, self.view_ids, self.algorithm.shape, self.rng, spread=False)
         return body, float(10 * self.n_samples * sum(v.shape[1] for v in self.views))
 

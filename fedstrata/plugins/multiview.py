@@ -82,6 +82,7 @@ from fedstrata.plugins.messages import (
     sum_partials,
     to_stats,
 )
+from fedstrata.plugins.sample_rounds import read_frame, sample_partial, state_from_sample_sums
 from fedstrata.privacy.layout import Layout, SummedField
 
 __all__ = [
@@ -218,6 +219,8 @@ class MultiViewLearner(Learner):
         self._refs: list[KernelReference] | None = None  # from the run's configuration
         self.local: State | None = None  # the personalised model (parameter rules)
         self._dp_rng: np.random.Generator | None = None
+        #: Sample-level DP: the pooled means and s.d.s of the run's configuration.
+        self._frame: tuple[list[np.ndarray], list[np.ndarray]] | None = None
         self._releases = 0  # noisy partials sent so far (the round of a DP schedule)
 
     def _flops(self, iters: int) -> float:
@@ -225,9 +228,17 @@ class MultiViewLearner(Learner):
         per = self.n_samples * a.shape.n_clusters * sum(a.shape.dims)
         return float(per * iters * a.protocol.flops_per_element)
 
-    def setup(self) -> tuple[dict[str, Any], float]:
-        """Per-view kernel references, and seeding candidates from a full-view client."""
+    def setup(self, request: dict[str, Any] | None = None) -> tuple[dict[str, Any], float]:
+        """Per-view kernel references, and seeding candidates from a full-view client.
+
+        In a private run: the private setup stage's sums instead
+        (:mod:`fedstrata.plugins.private_setup`).
+        """
         a = self.algorithm
+        if a.private is not None:
+            if self._dp_rng is None:  # a child stream: the client's own draws stay as they were
+                self._dp_rng = self.rng.spawn(1)[0]
+            return a.setup_reply(self.views, self.view_ids, request, self._dp_rng), self._flops(1)
         # Σ(x − mean)² only when a bandwidth needs the pooled variances (bytes count)
         spread = a.model.bandwidth is not None
         body = setup_body(self.views, self.view_ids, a.shape, self.rng, spread=spread)
@@ -249,6 +260,9 @@ class MultiViewLearner(Learner):
             )
         self._refs = held  # type: ignore[assignment]
         self._prepared = None
+        private = a.private
+        if private is not None and private.sample_rounds:
+            self._frame = read_frame(extras, a.shape)
 
     def prepared(self) -> PreparedViews:
         """The views prepared under the configured kernel references (once per configuration)."""
@@ -272,6 +286,8 @@ class MultiViewLearner(Learner):
         the model's per-view scale.
         """
         glob = self.algorithm.models.read(body, self.algorithm.shape)
+        if self._frame is not None:  # sample-level DP rounds
+            return self._sample_private(glob.state), self._flops(1)
         factor = _kernel_scale(body, self.node_id)
         if factor == 1.0:
             partial, flops = self.algorithm.local_update(self, glob.state, self.prepared(), glob)
@@ -282,6 +298,23 @@ class MultiViewLearner(Learner):
             scaled = state.with_scale(base * factor)
             partial, flops = self.algorithm.local_update(self, scaled, self.prepared(), None)
         return self._private(partial), flops
+
+    def _sample_private(self, state: State) -> dict[str, Any]:
+        """The round's sample-level DP partial (:mod:`fedstrata.plugins.sample_rounds`)."""
+        a = self.algorithm
+        assert self._frame is not None and a.private is not None
+        if self._dp_rng is None:
+            self._dp_rng = self.rng.spawn(1)[0]
+        return sample_partial(
+            self.views,
+            self.prepared(),
+            state,
+            a.model,
+            a.shape,
+            self._frame,
+            a.private,
+            self._dp_rng,
+        )
 
     def _private(self, partial: dict[str, Any]) -> dict[str, Any]:
         """The partial under the Gaussian mechanism when DP is on (``protocol.dp_clip``).
@@ -408,11 +441,15 @@ class _MultiView(SharedSetupRound, Algorithm):
         self, merged: dict[str, Any], state: Any | None
     ) -> tuple[Any | None, dict[str, Any], bool]:
         """Global references (if scoped globally) and centres seeded from the candidates."""
+        merged = self.plain_setup(merged)
         extras: dict[str, Any] = {}
         complete = True
         if self.protocol.kernel_scope == "global":
             extras = {"refs": merged["refs"]}
             complete = not any(r is None for r in merged["refs"])
+        private = self.private
+        if private is not None and private.sample_rounds and self._frame is not None:
+            extras["frame"] = {"mu": self._frame["mu"], "sd": self._frame["sd"]}
         if state is None and len(merged.get("init_w", ())) == self.shape.n_clusters:
             H = self.shape.n_views
             state = read_state(
@@ -511,6 +548,13 @@ class _MultiView(SharedSetupRound, Algorithm):
         ``sum``), converged by Eq. 86.
         """
         try:
+            private = self.private
+            if total["mode"] == "stats" and private is not None and private.sample_rounds:
+                assert self._frame is not None  # set by the root's private setup
+                new, held = state_from_sample_sums(
+                    total, previous, self._frame, self.shape, private
+                )
+                return Step(new, 0.0, False, 0.0, {"dp_held": held})
             if total["mode"] == "stats":
                 stats = to_stats(total, self.shape)
                 floor = self._noise_floor(int(total["contributors"]))

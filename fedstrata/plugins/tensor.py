@@ -84,9 +84,16 @@ class TensorLearner(ScaledViewsLearner):
         per = self.n_samples * a.shape.n_clusters * sum(a.shape.dims)
         return float(per * epochs * a.protocol.flops_per_element)
 
-    def setup(self) -> tuple[dict[str, Any], float]:
-        """Per-view ranges (min/max/sum) and, from a full-view client, k-means candidates."""
-        shape = self.algorithm.shape  # ranges only: the views are min-max scaled
+    def setup(self, request: dict[str, Any] | None = None) -> tuple[dict[str, Any], float]:
+        """Per-view ranges (min/max/sum) and, from a full-view client, k-means candidates.
+
+        Under secure aggregation: the private setup's sums instead (no DP here: the
+        tensor family does not support it, so no noise stream is needed).
+        """
+        a = self.algorithm
+        if a.private is not None:
+            return a.setup_reply(self.views, self.view_ids, request, None), self._flops(1)
+        shape = a.shape  # ranges only: the views are min-max scaled
         body = setup_body(self.views, self.view_ids, shape, self.rng, spread=False)
         return body, self._flops(10)
 
@@ -160,6 +167,7 @@ class TensorAlgorithm(SharedSetupRound, Algorithm):
         self, merged: dict[str, Any], state: Any | None
     ) -> tuple[Any | None, dict[str, Any], bool]:
         """The pooled ranges as extras; the first model from the scaled candidates."""
+        merged = self.plain_setup(merged)
         found = read_references(merged, self.shape)
         extras = {"refs": merged["refs"]}
         refs = [r for r in found if r is not None]

@@ -21,10 +21,12 @@ from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.sealing import PLAIN, RunKeys, Seal
 from fedstrata.plugins.messages import Shape
 from fedstrata.plugins.spec import BuildInput, plugin_for
+from fedstrata.privacy.sample_dp import SETUP_RELEASES, PrivateConfig
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.node_builder import NodeBuilder, node_timing  # noqa: F401 (re-exported)
 from fedstrata.scenarios.restart import restart_factory
 from fedstrata.scenarios.schema import (
+    DPBlockClips,
     LatencySpec,
     LinkSpec,
     Scenario,
@@ -197,7 +199,7 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         over_select=pr.over_select,
         dp_clip=dp_clip(sc),
         dp_block_clips=()
-        if sc.privacy.dp is None or isinstance(sc.privacy.dp.clip, float)
+        if sc.privacy.dp is None or not isinstance(sc.privacy.dp.clip, DPBlockClips)
         else sc.privacy.dp.clip.bounds(),
         dp_noise=dp_noise_multiplier(sc),
         dp_schedule=dp_noise_schedule(sc),
@@ -205,6 +207,7 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         secure_threshold=sc.privacy.threshold,
         secure_neighbours=sc.privacy.neighbours,
         secure_scale_bits=sc.privacy.precision_bits,
+        private=private_config(sc),
         personal_iters=None if pr.personalization is None else pr.personalization.local_iters,
         personal=()
         if pr.personalization is None
@@ -214,7 +217,47 @@ def protocol_config(sc: Scenario, run: str) -> ProtocolConfig:
         ),
     )
     shares = dp_shares(sc, config)
-    return config if shares == 1 else dataclasses.replace(config, dp_shares=shares)
+    if shares == 1:
+        return config
+    private = config.private
+    if private is not None:
+        private = dataclasses.replace(private, shares=shares)
+    return dataclasses.replace(config, dp_shares=shares, private=private)
+
+
+def private_config(sc: Scenario) -> PrivateConfig | None:
+    """The private pipeline of ``sc``: on with secure aggregation or DP, else None."""
+    dp = sc.privacy.dp
+    if dp is None and sc.privacy.secure_aggregation == "none":
+        return None
+    if dp is None:
+        return PrivateConfig(seed=sc.seed)
+    return PrivateConfig(
+        bounds=public_bounds(dp.bounds),
+        noise=dp_noise_multiplier(sc),
+        radius=dp.radius,
+        cells=dp.cells,
+        sample_rounds=dp.unit == "sample",
+        seed=sc.seed,
+    )
+
+
+def public_bounds(bounds: Any) -> tuple[tuple[np.ndarray, np.ndarray], ...] | None:
+    """``privacy.dp.bounds`` as per-view (lo, hi) arrays (scalars for a whole view)."""
+    if bounds is None:
+        return None
+    out = []
+    for b in bounds:
+        if isinstance(b, list):
+            out.append((np.float64(b[0]) * np.ones(()), np.float64(b[1]) * np.ones(())))
+        else:
+            out.append((np.asarray(b.lo, dtype=np.float64), np.asarray(b.hi, dtype=np.float64)))
+    return tuple(out)
+
+
+def dp_releases(sc: Scenario) -> int:
+    """Noisy releases a DP run plans per client: the two private setup stages and the rounds."""
+    return SETUP_RELEASES + sc.protocol.rounds
 
 
 def secure_groups(sc: Scenario, wiring: Any = None) -> dict[str, tuple[int, bool]]:
@@ -254,6 +297,8 @@ def dp_clip(sc: Scenario) -> float | None:
     dp = sc.privacy.dp
     if dp is None:
         return None
+    if dp.clip is None:  # sample level: no client-level clip
+        return None
     if isinstance(dp.clip, float):
         return dp.clip
     return math.sqrt(sum(c * c for c in dp.clip.bounds()))
@@ -285,14 +330,16 @@ def dp_noise_schedule(sc: Scenario) -> tuple[float, ...]:
 def dp_noise_multiplier(sc: Scenario) -> float:
     """The noise multiplier z = σ/clip that keeps the scenario's rounds within its ε.
 
-    ``protocol.rounds`` releases per client under the RDP accountant (0 without DP).
+    Every release of the run (the private setup's two stages and ``protocol.rounds``
+    rounds, :func:`dp_releases`) composed under the RDP accountant within ε (0
+    without DP): one budget for the whole pipeline.
     """
     dp = sc.privacy.dp
     if dp is None:
         return 0.0
     from fedstrata.privacy.dp import sigma_for
 
-    return float(sigma_for(dp.epsilon, dp.delta, sc.protocol.rounds))
+    return float(sigma_for(dp.epsilon, dp.delta, dp_releases(sc)))
 
 
 def build_federation(

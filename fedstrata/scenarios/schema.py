@@ -567,8 +567,38 @@ class DPBlockClips(_Strict):
         return (self.num, self.den, self.costs, self.mass)
 
 
+class ViewBounds(_Strict):
+    """Public per-feature bounds of one view: ``lo`` and ``hi`` lists (one per feature)."""
+
+    lo: list[float]
+    hi: list[float]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ViewBounds:
+        if len(self.lo) != len(self.hi) or not all(
+            math.isfinite(a) and math.isfinite(b) and a <= b
+            for a, b in zip(self.lo, self.hi, strict=False)
+        ):
+            raise ValueError("lo and hi must be finite lists of one length with lo <= hi")
+        return self
+
+
 class DPSpec(_Strict):
-    """Differential privacy of each client's statistics (the Gaussian mechanism).
+    """Differential privacy: one budget for the whole run, per sample by default.
+
+    ``unit: sample`` (the default): the unit of privacy is one sample. ``bounds`` (one
+    entry per view: ``[lo, hi]`` for all its features, or ``{lo: [...], hi: [...]}``
+    per feature) are declared public bounds: each client clips its features into them,
+    so a sample's contribution to every released sum is bounded and the noise does not
+    grow with the data. The run releases the private setup's two stages and
+    ``protocol.rounds`` noisy rounds, all accounted together (RDP) within ``epsilon``
+    at ``delta``; each sample's standardized view is clipped to radius ``radius·√d``
+    (``radius`` in (0, 10]) and the seeding sums over ``cells·n_clusters`` public
+    directions (``cells`` in 1..64). ``clip`` and ``schedule`` belong to the client
+    unit and are refused here.
+
+    ``unit: client``: the older client-level mechanism on the rounds (below); the
+    setup is still private and sample-level (``bounds`` still needed).
 
     Every round each client clips its whole statistics partial to L2 norm ``clip``
     (``> 0``, in the units of the statistics: sums over its samples) and adds Gaussian
@@ -597,8 +627,34 @@ class DPSpec(_Strict):
 
     epsilon: Annotated[float, Field(gt=0.0, le=1000.0, description="(0, 1000]")]
     delta: Annotated[float, Field(gt=0.0, le=0.1, description="(0, 0.1]")] = 1e-5
-    clip: _Bound | DPBlockClips
+    unit: Literal["sample", "client"] = "sample"
+    bounds: list[Annotated[list[float], Field(min_length=2, max_length=2)] | ViewBounds] | None = (
+        None
+    )
+    radius: Annotated[float, Field(gt=0.0, le=10.0, description="(0, 10]")] = 1.0
+    cells: Annotated[int, Field(ge=1, le=64, description="1 .. 64")] = 4
+    clip: _Bound | DPBlockClips | None = None
     schedule: Literal["constant", "eq93", "eq93-normalised"] = "constant"
+
+    @model_validator(mode="after")
+    def _unit_fields(self) -> DPSpec:
+        if self.bounds is None:
+            raise ValueError(
+                "privacy.dp needs public feature bounds (bounds: one [lo, hi] or "
+                "{lo: [...], hi: [...]} per view): without them one sample's share of "
+                "the setup's sums is unbounded"
+            )
+        for lo, hi in (b if isinstance(b, list) else (0.0, 0.0) for b in self.bounds):
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise ValueError(f"bounds [{lo}, {hi}] must be finite with lo <= hi")
+        if self.unit == "sample" and (self.clip is not None or self.schedule != "constant"):
+            raise ValueError(
+                "clip and schedule belong to unit: client; sample-level DP bounds each "
+                "sample by the public bounds and radius instead"
+            )
+        if self.unit == "client" and self.clip is None:
+            raise ValueError("unit: client needs clip (the L2 bound of a client's statistics)")
+        return self
 
 
 class PrivacySpec(_Strict):

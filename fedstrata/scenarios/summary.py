@@ -23,6 +23,7 @@ import numpy as np
 from fedstrata.analysis.metrics import evaluate
 from fedstrata.analysis.records import aggregate_row
 from fedstrata.nodes.aggregator import RunStatus
+from fedstrata.scenarios.schema import DPBlockClips
 
 if TYPE_CHECKING:  # types only: the summary needs no scenario code at run time
     from fedstrata.algorithms.multiview import State
@@ -451,9 +452,13 @@ def privacy_report(
     previous value because the summed denominator was within the noise (1.0: the
     noisy rounds moved no centre; the model is the initialisation's).
 
-    Differential privacy: every client releases at most one noisy partial per root
-    round, so ``rounds`` releases are accounted (RDP); ``epsilon_spent`` never
-    exceeds ``epsilon`` because the noise was chosen for ``protocol.rounds`` releases.
+    Differential privacy: one accountant (RDP) for the whole pipeline. Every setup
+    stage the root opened is a release by each client (the private setup's moments
+    and cells; a repeated stage counts again), and so is every root round.
+    ``phases`` reports each phase's own ε and ``epsilon_spent`` their composition,
+    which stays within ``epsilon`` when the run made the releases it planned
+    (``fedstrata.scenarios.build.dp_releases``). Under ``unit: client`` the rounds'
+    ε is client-level and the total is sample-level (client-level implies it).
     """
     dp, mode = sc.privacy.dp, sc.privacy.secure_aggregation
     if signing is None:
@@ -473,42 +478,71 @@ def privacy_report(
         block["rejected"] = dict(sorted(rejected.items()))
     if dp is None:
         return block
-    from fedstrata.privacy.dp import Accountant
-
     held = [
         float(r["fields"]["dp_held"])
         for r in records
         if r["kind"] == "round" and "dp_held" in r["fields"]
     ]
-    # the noise the nodes were configured with (protocol_config: Eq. 89 and the schedule)
+    # the noise the nodes were configured with (protocol_config: one budget, the schedule)
     z = protocol.dp_noise
     schedule = protocol.dp_schedule
-    acc = Accountant(dp.delta)
-    if schedule:
-        for t in range(rounds):
-            acc.spend(schedule[min(t, len(schedule) - 1)])
-    elif rounds > 0:
-        acc.spend(z, count=rounds)
+    root = sc.topology.cloud_id
+    setups = sum(
+        1
+        for r in records
+        if r["kind"] == "aggregate"
+        and r["fields"].get("phase") == "setup"
+        and r["fields"].get("node") == root
+    )
+    phases = {"setup": _accountant(dp.delta), "rounds": _accountant(dp.delta)}
+    total = _accountant(dp.delta)
+    for acc in (phases["setup"], total):  # every setup stage the clients answered
+        if setups:
+            acc.spend(z, count=setups)
+    for acc in (phases["rounds"], total):
+        if schedule:
+            for t in range(rounds):
+                acc.spend(schedule[min(t, len(schedule) - 1)])
+        elif rounds > 0:
+            acc.spend(z, count=rounds)
     shares = protocol.dp_shares
+    clip = dp.clip.model_dump() if isinstance(dp.clip, DPBlockClips) else dp.clip
     block.update(
         {
             "mechanism": "gaussian",
+            "unit": dp.unit,
             "noise": "local" if mode == "none" else "distributed",
             "noise_shares": shares,
             "accountant": "rdp",
             "epsilon": dp.epsilon,
             "delta": dp.delta,
-            "clip": dp.clip if isinstance(dp.clip, float) else dp.clip.model_dump(),
+            "clip": clip,
+            "radius": dp.radius if dp.unit == "sample" else None,
             "schedule": dp.schedule,
             "noise_multiplier": round(z, 9)
             if not schedule
             else [round(schedule[0], 9), round(schedule[-1], 9)],
-            "releases": rounds,
-            "epsilon_spent": round(acc.epsilon(), 9) if rounds > 0 else 0.0,
+            "releases": setups + rounds,
+            "phases": {
+                name: {"releases": acc.releases, "epsilon": _spent(acc)}
+                for name, acc in phases.items()
+            },
+            "epsilon_spent": _spent(total),
             "held_mean": round(float(np.mean(held)), 6) if held else None,
         }
     )
     return block
+
+
+def _accountant(delta: float) -> Any:
+    from fedstrata.privacy.dp import Accountant
+
+    return Accountant(delta)
+
+
+def _spent(acc: Any) -> float:
+    """ε of an accountant, 0 before any release."""
+    return round(acc.epsilon(), 9) if acc.releases else 0.0
 
 
 def _secure_report(sc: Scenario, records: Sequence[dict[str, Any]]) -> dict[str, Any]:

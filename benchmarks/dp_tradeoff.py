@@ -393,6 +393,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+#: The DP unit this study measures (``privacy.dp.unit``); sample-level DP has its own
+#: benchmark, benchmarks/dp_sample.py.
+CLIENT = {"unit": "client", "bounds": [[0.0, 1.0]]}
+
+
 def scenario_error(exc: ScenarioError, secure: bool) -> int:
     """Print a scenario error as ``fedstrata run`` would; the exit status 2."""
     what = " (with --secure: privacy.secure_aggregation: secagg)" if secure else ""
@@ -412,16 +417,21 @@ def main(argv: list[str] | None = None) -> int:
         plain = variant(base, file, over, None, path.parent)
         for eps in args.epsilon_grid:  # DP's own checks (ε range, rule sum) before any run
             if eps is not None:
-                probe = {"epsilon": eps, "delta": args.delta, "clip": 1.0}
+                probe = {"epsilon": eps, "delta": args.delta, **CLIENT, "clip": 1.0}
                 variant(base, file, over, probe, path.parent)
         seeds = [base.seed + i for i in range(args.seeds)]
+        bounds: list[list[float]] = []
         for s in seeds:
-            preflight(plain, seed=s)
+            views = preflight(plain, seed=s).dataset.views
+            bounds = [[float(V.min()), float(V.max())] for V in views]
     except ScenarioError as exc:
         return scenario_error(exc, args.secure)
 
     def dp_of(eps: float, clip: float | dict[str, float]) -> dict[str, Any]:
-        return {"epsilon": eps, "delta": args.delta, "clip": clip}
+        # the client-level mechanism this study is about; the private setup's public
+        # bounds: each view's range over the data (the usual convention of DP
+        # benchmarks; a real deployment declares them without looking)
+        return {"epsilon": eps, "delta": args.delta, **CLIENT, "clip": clip, "bounds": bounds}
 
     with contextlib.ExitStack() as stack:
         if args.runs_dir is None:

@@ -302,7 +302,8 @@ class MultiViewLearner(Learner):
     def _sample_private(self, state: State) -> dict[str, Any]:
         """The round's sample-level DP partial (:mod:`fedstrata.plugins.sample_rounds`)."""
         a = self.algorithm
-        assert self._frame is not None and a.private is not None
+        assert self._frame is not None
+        assert a.private is not None
         if self._dp_rng is None:
             self._dp_rng = self.rng.spawn(1)[0]
         return sample_partial(

@@ -15,6 +15,7 @@ from __future__ import annotations
 from fedstrata.errors import FedstrataError, ScenarioError
 from fedstrata.plugins.spec import needs_dims
 from fedstrata.scenarios.budget import round_overruns, seconds
+from fedstrata.scenarios.dp_plan import check_dp
 from fedstrata.scenarios.schema import Scenario, ScenarioErrors, clip
 from fedstrata.scenarios.wiring import PreparedData, Wiring, prepare_data, wire_topology
 
@@ -163,6 +164,8 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
         errors.extend(_check_secure(sc, wiring))
         if data is not None and model is not None:
             errors.extend(_check_budget(sc, data, model))
+    if data is not None:
+        errors.extend(check_dp(sc, data))
     errors.extend(_check_links(sc))
     if errors:
         raise ScenarioErrors(errors)

@@ -112,7 +112,7 @@ def test_its_keys_are_refused_for_another_algorithm():
             "spherical-kmeans runs with rule 'sum' only, not 'weighted'",
         ),
         (
-            "privacy: {dp: {epsilon: 1.0, clip: 5}}\n",
+            "privacy: {dp: {epsilon: 1.0, bounds: [[0, 1]]}}\n",
             "privacy.dp",
             "spherical-kmeans does not support differential privacy",
         ),

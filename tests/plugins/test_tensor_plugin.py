@@ -54,13 +54,21 @@ def assert_close(a: dict, b: dict, rtol: float, atol: float) -> None:
         np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=atol, err_msg=key)
 
 
-def reference(fed, rounds: int) -> dict[str, np.ndarray]:
-    """The federation as a loop: the same clients, the recorded first model, plain sums."""
+def reference(fed, rounds: int, private: bool = False) -> dict[str, np.ndarray]:
+    """The federation as a loop: the same clients, the recorded first model, plain sums.
+
+    ``private``: the run's setup was private (sums only), so its ranges are the pooled
+    mean ± 3 population s.d.s rather than the extremes no client may disclose.
+    """
     model = fed.model
     X = fed.dataset.views
     every = np.concatenate(list(fed.client_indices.values()))
-    lo = [V[every].min(axis=0) for V in X]
-    hi = [V[every].max(axis=0) for V in X]
+    if private:
+        lo = [V[every].mean(axis=0) - 3 * V[every].std(axis=0) for V in X]
+        hi = [V[every].mean(axis=0) + 3 * V[every].std(axis=0) for V in X]
+    else:
+        lo = [V[every].min(axis=0) for V in X]
+        hi = [V[every].max(axis=0) for V in X]
 
     def scaled(V, h):
         span = hi[h] - lo[h]
@@ -107,9 +115,10 @@ def test_secure_aggregation_masks_the_messages_and_keeps_the_sum(method):
     fed, masked, _ = run(scenario(method, fogs=3, clients=9, privacy=secure))
     assert masked["rounds"] == ROUNDS
     # fixed-point masking rounds each value to 2**-precision_bits: the sums agree closely
-    assert_close(root_state(fed), reference(fed, ROUNDS), rtol=1e-5, atol=1e-7)
-    _, plain, _ = run(scenario(method, fogs=3, clients=9))
-    assert masked["metrics"]["ari"] == pytest.approx(plain["metrics"]["ari"], abs=0.02)
+    assert_close(root_state(fed), reference(fed, ROUNDS, private=True), rtol=1e-5, atol=1e-7)
+    # the private setup seeds from securely summed cells, not from the clients' own
+    # k-means candidates, so it starts elsewhere than the plain run (0.95 against 1.0 here)
+    assert masked["metrics"]["ari"] >= 0.9
 
 
 @pytest.mark.parametrize("kind", ["async", "buffered"])

@@ -22,7 +22,7 @@ topology: {clients: {count: 4}}
 algorithm: {name: hk-mvfc, n_clusters: 4}
 protocol: {rule: RULE, rounds: 6, tol: 0.0, local_iters: ITERS}
 privacy:
-  dp: {epsilon: EPS, delta: 1.0e-5, clip: 50}
+  dp: {epsilon: EPS, delta: 1.0e-5, unit: client, clip: 50, bounds: [[0, 10], [-8, 8]]}
 """
 
 
@@ -35,10 +35,14 @@ def test_the_record_reports_the_epsilon_the_accountant_gives(tmp_path):
     summary = run_scenario(scenario(), tmp_path, progress=False, plots=False)
     p = summary["privacy"]
     assert (p["mechanism"], p["epsilon"], p["delta"], p["clip"]) == ("gaussian", 4.0, 1e-5, 50.0)
-    assert p["releases"] == summary["rounds"] == 6
+    # one budget: the private setup's two stages and the six rounds
+    assert summary["rounds"] == 6
+    assert p["releases"] == 8
+    assert p["phases"]["setup"]["releases"] == 2
+    assert p["phases"]["rounds"]["releases"] == 6
     # dp-accounting itself, for the noise the run used: within the budget, and tight
     acc = Accountant(1e-5)
-    acc.spend(p["noise_multiplier"], count=6)
+    acc.spend(p["noise_multiplier"], count=8)
     assert acc.epsilon() <= 4.0
     assert p["epsilon_spent"] == pytest.approx(acc.epsilon(), rel=1e-6)
     assert p["epsilon_spent"] > 0.99 * 4.0
@@ -106,7 +110,7 @@ def test_the_adaptive_budget_noises_each_round_by_eq89_and_reports_the_composed_
     from fedstrata.privacy.dp import adaptive_budget, gaussian_sigma
 
     text = SCENARIO.replace("EPS", "4").replace("RULE", "sum").replace("ITERS", "1")
-    text = _with(text, "clip: 50}", f"clip: 50, schedule: {schedule}}}")
+    text = _with(text, "clip: 50,", f"clip: 50, schedule: {schedule},")
     summary = run_scenario(parse_scenario(text), tmp_path, progress=False, plots=False)
     p = summary["privacy"]
     # Eq. 93 by hand: eps_t = 4/sqrt(6)/sqrt(t+1); Eq. 89: z_t = sqrt(2 ln(1.25/delta))/eps_t
@@ -116,14 +120,17 @@ def test_the_adaptive_budget_noises_each_round_by_eq89_and_reports_the_composed_
     z = np.sqrt(2 * np.log(1.25 / 1e-5)) / eps
     assert gaussian_sigma(1.0, 1e-5) == pytest.approx(z[0] * eps[0])
     assert p["noise_multiplier"] == pytest.approx([z[0], z[-1]], rel=1e-8)
-    acc = Accountant(1e-5)
+    rounds = Accountant(1e-5)
     for zt in z:
-        acc.spend(float(zt))
-    assert p["epsilon_spent"] == pytest.approx(acc.epsilon(), rel=1e-6)
+        rounds.spend(float(zt))
+    assert p["phases"]["rounds"]["epsilon"] == pytest.approx(rounds.epsilon(), rel=1e-6)
     if schedule == "eq93-normalised":
-        assert p["epsilon_spent"] == pytest.approx(4.0, rel=1e-5)
+        assert p["phases"]["rounds"]["epsilon"] == pytest.approx(4.0, rel=1e-5)
     else:  # the literal schedule spends less than its target under RDP (see the docs)
-        assert p["epsilon_spent"] < 4.0
+        assert p["phases"]["rounds"]["epsilon"] < 4.0
+    # the whole run adds the private setup's two releases at the run's constant noise
+    assert p["phases"]["setup"]["releases"] == 2
+    assert p["epsilon_spent"] > p["phases"]["rounds"]["epsilon"]
 
 
 def test_a_schedule_uses_growing_noise_round_after_round():

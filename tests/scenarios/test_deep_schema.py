@@ -205,7 +205,7 @@ WHY_SECURE = (
             "statistics only",
         ),
         (
-            "privacy: {dp: {epsilon: 1.0, clip: 5}}\n",
+            "privacy: {dp: {epsilon: 1.0, bounds: [[0, 1]]}}\n",
             "privacy.dp",
             "differential privacy is calibrated for the multi-view statistics; fmcsc's "
             "network weights have no clipping bound yet",

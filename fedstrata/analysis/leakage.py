@@ -144,8 +144,10 @@ class AggregatorView:
     def senders(self) -> list[str]:
         """Every member that sent something, sorted."""
         found = set(self.setup)
-        for per in (*self.updates.values(), *self.masked.values()):
-            found.update(per)
+        for plain in self.updates.values():
+            found.update(plain)
+        for masked in self.masked.values():
+            found.update(masked)
         return sorted(found)
 
 

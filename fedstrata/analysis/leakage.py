@@ -134,6 +134,8 @@ class AggregatorView:
 
     node: str
     setup: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Rounds whose broadcast opened a setup stage (a private setup's are masked sums).
+    setup_rounds: set[int] = field(default_factory=set)
     updates: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
     masked: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     sessions: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -165,6 +167,8 @@ def _take_out(view: AggregatorView, env: wire.Envelope) -> None:
     if env.kind != "model" or env.sender != view.node:
         return
     view.models[env.round] = env.body
+    if env.body.get("phase") == "setup":
+        view.setup_rounds.add(env.round)
     if isinstance(env.body.get("secagg"), dict):
         view.sessions[env.round] = env.body["secagg"]
 
@@ -240,7 +244,7 @@ def local_centre_estimates(
     broadcast in round ``t``.
     """
     out: dict[str, dict[int, list[Estimate]]] = {}
-    rounds = sorted(set(view.updates) | set(view.masked))
+    rounds = sorted((set(view.updates) | set(view.masked)) - view.setup_rounds)
     for t in rounds:
         pooled = _model_centres(view.models.get(t + 1))
         members = set(view.updates.get(t, {})) | set(view.masked.get(t, {}))

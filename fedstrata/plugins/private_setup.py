@@ -82,7 +82,7 @@ def sum_setup_bodies(bodies: Sequence[dict[str, Any]], layout: Layout) -> dict[s
     return unflatten(total, layout)
 
 
-def _noise(arr: np.ndarray, sigma: float, rng: np.random.Generator | None) -> np.ndarray:
+def _noise(arr: Any, sigma: float, rng: np.random.Generator | None) -> Any:
     if sigma <= 0 or rng is None:
         return arr
     return arr + rng.normal(0.0, sigma, np.shape(arr))

@@ -24,9 +24,9 @@ from fedstrata.plugins.spec import BuildInput, plugin_for
 from fedstrata.privacy.sample_dp import SETUP_RELEASES, PrivateConfig
 from fedstrata.scenarios.datasets import MultiViewDataset
 from fedstrata.scenarios.node_builder import NodeBuilder, node_timing  # noqa: F401 (re-exported)
+from fedstrata.scenarios.privacy_schema import DPBlockClips
 from fedstrata.scenarios.restart import restart_factory
 from fedstrata.scenarios.schema import (
-    DPBlockClips,
     LatencySpec,
     LinkSpec,
     Scenario,

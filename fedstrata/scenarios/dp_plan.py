@@ -16,7 +16,8 @@ The schema checks ``privacy.dp``'s fields alone; what needs the data is checked 
 from __future__ import annotations
 
 from fedstrata.errors import ScenarioError
-from fedstrata.scenarios.schema import Scenario, ViewBounds
+from fedstrata.scenarios.privacy_schema import ViewBounds
+from fedstrata.scenarios.schema import Scenario
 from fedstrata.scenarios.wiring import PreparedData
 
 __all__ = ["check_dp", "count_noise"]
@@ -35,7 +36,8 @@ def count_noise(sc: Scenario, dims: list[int]) -> float:
 
 def _check_bounds(sc: Scenario, dims: list[int]) -> list[ScenarioError]:
     dp = sc.privacy.dp
-    assert dp is not None and dp.bounds is not None
+    assert dp is not None
+    assert dp.bounds is not None
     if len(dp.bounds) != len(dims):
         return [
             ScenarioError(

@@ -164,8 +164,7 @@ def preflight(sc: Scenario, seed: int | None = None) -> PreparedData:
         errors.extend(_check_secure(sc, wiring))
         if data is not None and model is not None:
             errors.extend(_check_budget(sc, data, model))
-    if data is not None:
-        errors.extend(check_dp(sc, data))
+            errors.extend(check_dp(sc, data))
     errors.extend(_check_links(sc))
     if errors:
         raise ScenarioErrors(errors)

@@ -23,7 +23,7 @@ import numpy as np
 from fedstrata.analysis.metrics import evaluate
 from fedstrata.analysis.records import aggregate_row
 from fedstrata.nodes.aggregator import RunStatus
-from fedstrata.scenarios.schema import DPBlockClips
+from fedstrata.scenarios.privacy_schema import DPBlockClips
 
 if TYPE_CHECKING:  # types only: the summary needs no scenario code at run time
     from fedstrata.algorithms.multiview import State
@@ -478,6 +478,16 @@ def privacy_report(
         block["rejected"] = dict(sorted(rejected.items()))
     if dp is None:
         return block
+    block.update(_dp_report(sc, protocol, records, rounds))
+    return block
+
+
+def _dp_report(
+    sc: Scenario, protocol: ProtocolConfig, records: Sequence[dict[str, Any]], rounds: int
+) -> dict[str, Any]:
+    """The DP fields of the privacy block: one accountant, per phase and in total."""
+    dp, mode = sc.privacy.dp, sc.privacy.secure_aggregation
+    assert dp is not None
     held = [
         float(r["fields"]["dp_held"])
         for r in records
@@ -507,31 +517,27 @@ def privacy_report(
             acc.spend(z, count=rounds)
     shares = protocol.dp_shares
     clip = dp.clip.model_dump() if isinstance(dp.clip, DPBlockClips) else dp.clip
-    block.update(
-        {
-            "mechanism": "gaussian",
-            "unit": dp.unit,
-            "noise": "local" if mode == "none" else "distributed",
-            "noise_shares": shares,
-            "accountant": "rdp",
-            "epsilon": dp.epsilon,
-            "delta": dp.delta,
-            "clip": clip,
-            "radius": dp.radius if dp.unit == "sample" else None,
-            "schedule": dp.schedule,
-            "noise_multiplier": round(z, 9)
-            if not schedule
-            else [round(schedule[0], 9), round(schedule[-1], 9)],
-            "releases": setups + rounds,
-            "phases": {
-                name: {"releases": acc.releases, "epsilon": _spent(acc)}
-                for name, acc in phases.items()
-            },
-            "epsilon_spent": _spent(total),
-            "held_mean": round(float(np.mean(held)), 6) if held else None,
-        }
-    )
-    return block
+    return {
+        "mechanism": "gaussian",
+        "unit": dp.unit,
+        "noise": "local" if mode == "none" else "distributed",
+        "noise_shares": shares,
+        "accountant": "rdp",
+        "epsilon": dp.epsilon,
+        "delta": dp.delta,
+        "clip": clip,
+        "radius": dp.radius if dp.unit == "sample" else None,
+        "schedule": dp.schedule,
+        "noise_multiplier": round(z, 9)
+        if not schedule
+        else [round(schedule[0], 9), round(schedule[-1], 9)],
+        "releases": setups + rounds,
+        "phases": {
+            name: {"releases": acc.releases, "epsilon": _spent(acc)} for name, acc in phases.items()
+        },
+        "epsilon_spent": _spent(total),
+        "held_mean": round(float(np.mean(held)), 6) if held else None,
+    }
 
 
 def _accountant(delta: float) -> Any:

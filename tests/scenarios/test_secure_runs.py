@@ -48,23 +48,30 @@ def run(tmp: Path, name: str, text: str) -> dict:
 
 @pytest.mark.parametrize(("shape", "topology"), [("flat", FLAT), ("tiers", TIERS)])
 def test_secure_aggregation_changes_nothing_but_the_bytes(tmp_path, shape, topology):
-    """The exact-statistics scenario: same labels and rounds with it on and off."""
+    """The exact-statistics scenario: masking changes the bytes, never the sums.
+
+    SecAgg and SecAgg+ give the same labels and rounds (the same private setup, the
+    same exact sums); the plain run seeds from the clients' own k-means candidates,
+    which a private setup may not send, so it is compared on quality only.
+    """
     runs = {}
     for mode in ("none", "secagg", "secagg+"):
         name = f"{shape}-{mode.replace('+', '-plus')}"
         text = BASE.format(name=name, topology=topology, mode=mode, sign="false")
         runs[mode] = run(tmp_path, name, text)
-    plain = (tmp_path / f"{shape}-none" / "labels.csv").read_bytes()
+    masked = (tmp_path / f"{shape}-secagg" / "labels.csv").read_bytes()
     for mode in ("secagg", "secagg+"):
         s = runs[mode]
         name = f"{shape}-{mode.replace('+', '-plus')}"
         label_file = tmp_path / name / "labels.csv"
-        assert label_file.read_bytes() == plain
-        assert (s["rounds"], s["status"]) == (runs["none"]["rounds"], runs["none"]["status"])
+        assert label_file.read_bytes() == masked
+        assert (s["rounds"], s["status"]) == (runs["secagg"]["rounds"], runs["secagg"]["status"])
+        assert s["metrics"]["ari"] >= runs["none"]["metrics"]["ari"] - 0.01
         p = s["privacy"]
         groups = 1 if shape == "flat" else 5
-        assert p["sessions_unmasked"] == groups * s["rounds"] and p["sessions_failed"] == 0
-        assert p["rounds_unmasked"] == s["rounds"]
+        sums = s["rounds"] + 2  # the private setup's two stages are secure sums too
+        assert p["sessions_unmasked"] == groups * sums and p["sessions_failed"] == 0
+        assert p["rounds_unmasked"] == sums
         tiers = p["per_tier"].values()
         overhead = sum(t["keys"] + t["shares"] + t["unmasking"] for t in tiers)
         assert p["overhead_bytes"] == overhead > 0

@@ -38,7 +38,7 @@ from fedstrata.nodes.events import (
 )
 from fedstrata.nodes.runconfig import model_config, read_config
 from fedstrata.nodes.sealing import PLAIN, Seal, client_routes, rejected
-from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
+from fedstrata.nodes.secure import REFUSALS, SecureMember, SessionLedger, member_answer
 from fedstrata.privacy.signing import AuthenticationError
 
 __all__ = ["ClientNode", "ClientState"]
@@ -138,6 +138,7 @@ class ClientNode:
         self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
         self._member: SecureMember | None = None
         self._member_key: tuple[int, int] = (-1, 0)
+        self._ledger = SessionLedger()  # one session per round and sub: never one input twice
         self._member_topic = member_topic(protocol.run, parent.tier, parent.group, node_id)
 
     @property
@@ -296,8 +297,12 @@ class ClientNode:
         """Join the round's secure session: keys now, the masked partial when asked."""
         body = env.body
         fields = {"node": self.node_id, "round": env.round}
-        self._member = None
         setup = body.get("secagg")
+        sub = int(body.get("sub", 0))
+        screened = self._ledger.screen(self.node_id, env.round, sub, setup)
+        if setup is not None and screened is not None:  # a reopened round: refused, silent
+            return [screened]
+        self._member = None
         if setup is None:  # never answer a secure run's round in the clear
             return [
                 Record(
@@ -310,7 +315,6 @@ class ClientNode:
                 )
             ]
         assert self._layout is not None
-        sub = int(body.get("sub", 0))
         partial, flops = self.learner.update(body)
         try:
             member = SecureMember(self.node_id, self.protocol, self._layout, setup)
@@ -322,6 +326,7 @@ class ClientNode:
                 Record(kind="secure_refused", fields={**fields, "reason": str(exc)}),
             ]
         self._member, self._member_key = member, (env.round, sub)
+        self._ledger.join(env.round, sub, member.session)
         return [Compute(flops=flops), self._publish(env.round, {**reply, "sub": sub}, "secagg")]
 
     def _on_secagg(self, env: wire.Envelope) -> list[Effect]:

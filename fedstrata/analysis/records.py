@@ -551,6 +551,7 @@ def _privacy_cells(f: Mapping[str, Any]) -> dict[str, Any]:
         "secure_failure": f["secure_failure"],
         "dropouts_recovered": int(f.get("recovered", 0)),
         "privacy_bytes": sum(
-            int(f.get(f"privacy_bytes_{step}", 0)) for step in ("keys", "shares", "unmasking")
+            int(f.get(f"privacy_bytes_{step}", 0))
+            for step in ("keys", "shares", "consistency", "unmasking")
         ),
     }

@@ -257,6 +257,8 @@ _SECAGG_KINDS = _choices(
     "secagg/shares",
     "secagg/collect",
     "secagg/masked",
+    "secagg/check",
+    "secagg/signed",
     "secagg/unmask",
     "secagg/reveal",
 )
@@ -281,10 +283,11 @@ SECAGG_TYPES: Final[Mapping[str, Schema]] = {
         "modulus_bits": Field("int", required=True, low=1),
         "degree": Field("int", required=True, nullable=True, low=1),
     },
-    "secagg/keys": {"c_pk": _KEY, "s_pk": _KEY},
+    "secagg/keys": {"c_pk": _KEY, "s_pk": _KEY, "v_pk": _KEY},
     "secagg/key_list": {
         "c_pks": Field("idmap", required=True, size=32),
         "s_pks": Field("idmap", required=True, size=32),
+        "v_pks": Field("idmap", required=True, size=32),
     },
     "secagg/shares": {
         "ciphertexts": Field("idmap", required=True),
@@ -292,9 +295,12 @@ SECAGG_TYPES: Final[Mapping[str, Schema]] = {
     },
     "secagg/collect": {"ciphertexts": Field("idmap", required=True)},
     "secagg/masked": {"masked": Field("array", required=True, dtype="u", ndim=1)},
+    "secagg/check": {"survivors": Field("bytes", required=True)},
+    "secagg/signed": {"signature": Field("bytes", required=True, size=64)},
     "secagg/unmask": {
         "survivors": Field("ids", required=True),
         "dropped": Field("ids", required=True),
+        "signatures": Field("idmap", required=True, size=64),
     },
     "secagg/reveal": {
         "b_shares": Field("idmap", required=True),

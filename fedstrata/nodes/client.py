@@ -10,7 +10,7 @@ soon as that configuration arrives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
@@ -38,7 +38,7 @@ from fedstrata.nodes.events import (
 )
 from fedstrata.nodes.runconfig import model_config, read_config
 from fedstrata.nodes.sealing import PLAIN, Seal, client_routes, rejected
-from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
+from fedstrata.nodes.secure import REFUSALS, SecureMember, SessionLedger, member_answer
 from fedstrata.privacy.layout import Layout
 from fedstrata.privacy.signing import AuthenticationError
 
@@ -139,6 +139,7 @@ class ClientNode:
         self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
         self._member: SecureMember | None = None
         self._member_key: tuple[int, int] = (-1, 0)
+        self._ledger = SessionLedger()  # one session per round and sub: never one input twice
         self._member_topic = member_topic(protocol.run, parent.tier, parent.group, node_id)
 
     @property
@@ -281,8 +282,7 @@ class ClientNode:
         if phase == "setup":
             return self._answer_setup(env)
         if self._layout is not None:
-            partial, flops = self.learner.update(body)
-            return self._answer_secure(env, partial, flops, self._layout)
+            return self._answer_secure(env, self._layout, lambda: self.learner.update(body))
         partial, flops = self.learner.update(body)
         if sub:
             partial["sub"] = int(sub)
@@ -298,20 +298,31 @@ class ClientNode:
         request = env.body.get("request")
         if request is not None and not isinstance(request, dict):
             raise WireError("body field 'request' must be a map")
-        reply, flops = self.learner.setup(request) if request is not None else self.learner.setup()
         layout = None if self._layout is None else self.algorithm.setup_layout(request)
+
+        def compute() -> tuple[dict[str, Any], float]:
+            return self.learner.setup(request) if request is not None else self.learner.setup()
+
         if layout is not None:
-            return self._answer_secure(env, reply, flops, layout)
+            return self._answer_secure(env, layout, compute)
+        reply, flops = compute()
         return [Compute(flops=flops), self._publish(env.round, reply)]
 
     def _answer_secure(
-        self, env: wire.Envelope, partial: dict[str, Any], flops: float, layout: Layout
+        self,
+        env: wire.Envelope,
+        layout: Layout,
+        compute: Callable[[], tuple[dict[str, Any], float]],
     ) -> list[Effect]:
         """Join the round's secure session: keys now, the masked partial when asked."""
         body = env.body
         fields = {"node": self.node_id, "round": env.round}
-        self._member = None
         setup = body.get("secagg")
+        sub = int(body.get("sub", 0))
+        screened = self._ledger.screen(self.node_id, env.round, sub, setup)
+        if setup is not None and screened is not None:  # a reopened round: refused, silent
+            return [screened]
+        self._member = None
         if setup is None:  # never answer a secure run's round in the clear
             return [
                 Record(
@@ -323,7 +334,7 @@ class ClientNode:
                     },
                 )
             ]
-        sub = int(body.get("sub", 0))
+        partial, flops = compute()  # only for a session it joins
         try:
             member = SecureMember(self.node_id, self.protocol, layout, setup)
             member.provide(partial, skip=("sub",))
@@ -334,6 +345,7 @@ class ClientNode:
                 Record(kind="secure_refused", fields={**fields, "reason": str(exc)}),
             ]
         self._member, self._member_key = member, (env.round, sub)
+        self._ledger.join(env.round, sub, member.session)
         return [Compute(flops=flops), self._publish(env.round, {**reply, "sub": sub}, "secagg")]
 
     def _on_secagg(self, env: wire.Envelope) -> list[Effect]:

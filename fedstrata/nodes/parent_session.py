@@ -15,7 +15,7 @@ from typing import Any
 from fedstrata import wire
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.events import Record
-from fedstrata.nodes.secure import REFUSALS, SecureMember, member_answer
+from fedstrata.nodes.secure import REFUSALS, SecureMember, SessionLedger, member_answer
 from fedstrata.privacy.layout import Layout
 
 __all__ = ["ParentMembership"]
@@ -33,6 +33,8 @@ class ParentMembership:
         self.member: SecureMember | None = None
         #: (round, sub) of the parent's session it belongs to.
         self.key: tuple[int, int] = (-1, 0)
+        #: The sessions it joined: one per round and sub (:class:`SessionLedger`).
+        self.ledger = SessionLedger()
 
     def join(self, protocol: ProtocolConfig, env: wire.Envelope) -> Reply:
         """Answer the setup the parent's model ``env`` carries: the keys to send up."""
@@ -47,13 +49,17 @@ class ParentMembership:
                     fields={**fields, "reason": reason, "category": "malformed"},
                 )
             ]
-        sub = env.body.get("sub", 0)
+        sub = int(env.body.get("sub", 0))
+        screened = self.ledger.screen(self.node_id, env.round, sub, setup)
+        if screened is not None:  # a reopened round: never mask one input twice
+            return None, [screened]
         try:
             member = SecureMember(self.node_id, protocol, self.layout, setup)
             reply = member.keys()
         except REFUSALS as exc:
             return None, [Record(kind="secure_refused", fields={**fields, "reason": str(exc)})]
-        self.member, self.key = member, (env.round, int(sub))
+        self.member, self.key = member, (env.round, sub)
+        self.ledger.join(env.round, sub, member.session)
         return reply, []
 
     def answer(self, env: wire.Envelope) -> Reply:

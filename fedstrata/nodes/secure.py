@@ -54,6 +54,7 @@ __all__ = [
     "STEPS",
     "SecureCollection",
     "SecureMember",
+    "SessionLedger",
     "default_degree",
     "group_config",
     "headroom_clip",
@@ -71,8 +72,9 @@ REFUSALS = (PrivacyError, WireError, ValidationError)
 
 #: What a session's bytes are spent on: key adverts (the setup, the members' keys, the
 #: key lists), shares (sent, then forwarded), the masked inputs (which stand in for
-#: the plaintext partials) and the unmasking (requests and revealed shares).
-STEPS = ("keys", "shares", "masked", "unmasking")
+#: the plaintext partials), the consistency check (the survivor set and the members'
+#: signatures of it) and the unmasking (requests with the signatures, revealed shares).
+STEPS = ("keys", "shares", "masked", "consistency", "unmasking")
 _STEP_OF = {
     secagg.SETUP: "keys",
     secagg.KEYS: "keys",
@@ -80,6 +82,8 @@ _STEP_OF = {
     secagg.SHARES: "shares",
     secagg.COLLECT: "shares",
     secagg.MASKED: "masked",
+    secagg.CHECK: "consistency",
+    secagg.SIGNED: "consistency",
     secagg.UNMASK: "unmasking",
     secagg.REVEAL: "unmasking",
 }
@@ -143,6 +147,53 @@ def session_seeds(run: str, node: str, round_: int, sub: int) -> tuple[bytes, by
     session = hashlib.blake2b(tag, digest_size=secagg.SESSION_BYTES, person=b"fs-session").digest()
     graph = hashlib.blake2b(tag, digest_size=32, person=b"fs-graph").digest()
     return session, graph
+
+
+class SessionLedger:
+    """The sessions a member joined, by round: it never masks one round's input twice.
+
+    Two sessions over the same inputs with rosters one member apart give that member's
+    partial as the difference of their sums, so a member joins one session per
+    ``(round, sub)``. The honest protocol opens more than one session in a round only
+    for a middle tier's local rounds (``period > 1``), whose ``sub`` rises 1, 2, ...
+    with a new model each time; ``sub`` 0 is a round's only session. So a setup is
+    refused when its round already had a session of sub 0 or of a sub as high. The
+    same setup again (same round, sub and session: a QoS 1 redelivery) is a duplicate.
+    """
+
+    DUPLICATE = "duplicate"
+
+    def __init__(self) -> None:
+        self._joined: dict[int, tuple[int, bytes]] = {}
+
+    def refusal(self, round_: int, sub: int, session: object) -> str | None:
+        """Why a setup of ``(round_, sub)`` for ``session`` is refused; None: it may join."""
+        prev = self._joined.get(round_)
+        if prev is None:
+            return None
+        if prev == (sub, session):
+            return self.DUPLICATE
+        if prev[0] == 0 or sub <= prev[0]:
+            return (
+                f"a second secure session for round {round_} (sub {sub} after sub {prev[0]}): "
+                "refused, the difference of two sums over one input could expose a member's"
+            )
+        return None
+
+    def join(self, round_: int, sub: int, session: bytes) -> None:
+        """Record that this member answered the setup of ``session`` (``round_``, ``sub``)."""
+        self._joined[round_] = (sub, session)
+
+    def screen(self, node: str, round_: int, sub: int, setup: object) -> Record | None:
+        """The record of a refused or duplicate setup (None: the member may join)."""
+        session = setup.get("session") if isinstance(setup, Mapping) else None
+        why = self.refusal(round_, sub, session)
+        fields = {"node": node, "round": round_}
+        if why is None:
+            return None
+        if why == self.DUPLICATE:
+            return Record(kind="duplicate", fields=fields)
+        return Record(kind="secure_refused", fields={**fields, "reason": why})
 
 
 class SecureCollection:

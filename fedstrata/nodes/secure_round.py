@@ -3,8 +3,8 @@
 Under secure aggregation an aggregator's round is a session with the children it
 asked (:class:`~fedstrata.nodes.secure.SecureCollection`): the model broadcast carries
 the session's setup, and the round then goes through its phases (keys, shares, masked
-inputs, reveal) before the unmasked sum closes it. :class:`SecureRound` drives one
-such session for the aggregator: it opens it, takes the members' replies, closes each
+inputs, consistency check, reveal) before the unmasked sum closes it. :class:`SecureRound`
+drives one such session for the aggregator: it opens it, takes the members' replies, closes each
 phase into the next one's messages or into the round's
 :class:`~fedstrata.nodes.strategy.Closing`, and times each phase within the round's
 deadline. The aggregator publishes what it says and records the outcome.
@@ -28,9 +28,10 @@ __all__ = ["Receipt", "SecureRound"]
 #: The share of the deadline kept for each phase still to come.
 PHASE_RESERVE = 0.1
 _PHASES_AFTER = {
-    ServerPhase.KEYS: 3,
-    ServerPhase.SHARES: 2,
-    ServerPhase.MASKED: 1,
+    ServerPhase.KEYS: 4,
+    ServerPhase.SHARES: 3,
+    ServerPhase.MASKED: 2,
+    ServerPhase.CHECK: 1,
     ServerPhase.REVEAL: 0,
 }
 

@@ -18,14 +18,15 @@ runs one server, and one client per member, for each.
 
 Rounds
 ------
-Notation: ``U1 ⊇ U2 ⊇ U3 ⊇ U4`` are the clients whose reply the server received in
-rounds 0 to 3. ``N(u)`` is u's neighbourhood (every other client in SecAgg). ``t`` is
+Notation: ``U1 ⊇ U2 ⊇ U3 ⊇ U4 ⊇ U5`` are the clients whose reply the server received
+in rounds 0 to 4. ``N(u)`` is u's neighbourhood (every other client in SecAgg). ``t`` is
 the threshold.
 
 0. **Advertise keys.** The server sends ``secagg/setup`` to every client (session id,
    roster, graph seed, parameters). Each client checks the parameters against its own
-   :class:`SecAggConfig` and answers ``secagg/keys`` with two fresh X25519 public keys:
-   ``c`` for encryption (NaCl ``Box``) and ``s`` for mask agreement.
+   :class:`SecAggConfig` and answers ``secagg/keys`` with two fresh X25519 public keys,
+   ``c`` for encryption (NaCl ``Box``) and ``s`` for mask agreement, and a fresh
+   Ed25519 verify key ``v`` (the consistency check's).
 1. **Share keys.** The server sends each client the keys of its neighbours in U1
    (``secagg/key_list``). The client draws a self-mask seed ``b`` (32 random bytes).
    It Shamir-splits ``b`` and its ``s`` private key t-of-h among itself and those
@@ -40,9 +41,14 @@ the threshold.
    where ``v`` ranges over the neighbours whose shares it received and
    ``s_uv = BLAKE2b(X25519(s_u, s_v), session, u, v)``
    (:func:`fedstrata.privacy.prg.expand`).
-3. **Unmasking.** The server sends each client in U3 its lists ``survivors`` (U3
+3. **Consistency check** (:mod:`fedstrata.privacy.secagg_check`). The server sends
+   U3 to every client in U3 (``secagg/check``); each signs (session, U3) with the
+   per-session Ed25519 key it advertised in round 0 (``secagg/signed``).
+4. **Unmasking.** The server sends each signer (U4) its lists ``survivors`` (U3
    members among its share partners and itself) and ``dropped`` (U2 - U3 members
-   among its share partners) in ``secagg/unmask``. The client answers
+   among its share partners) and the signatures a client needs, in ``secagg/unmask``.
+   A client reveals only if the lists match the U3 it signed and, for every owner of
+   shares it holds, ``t`` of that owner's holders signed that same U3. The client answers
    ``secagg/reveal`` with its shares of ``b`` for the survivors and its shares of
    ``s`` for the dropped. :meth:`SecAggServer.finish` rebuilds every ``b_u``
    (u ∈ U3) and every ``s_u`` (u ∈ U2 - U3) from ``t`` shares each. It checks them
@@ -57,19 +63,9 @@ empty or a deadline has passed. Replies that arrive after that are ignored.
 
 Check tag
 ---------
-Each client appends one word to its encoded input ``q`` before masking it:
-``tag = 1 + Σ_j c_j q_j mod 2**k``, with public odd coefficients ``c`` derived from
-the session id (:func:`check_tag`). The tag is masked with the input, so the server
-sees only the survivors' sum, ``|U3| + Σ_j c_j Q_j``, where ``Q`` is the unmasked sum,
-and :meth:`SecAggServer.finish` refuses a sum whose tag differs
-(:class:`CheckTagError`). A masked vector that is not the masking of an encoded input
-(uniformly random words, a corrupted or truncated vector, masks of another session)
-changes the unmasked tag word by a uniformly random amount given the other words, so
-it passes with probability exactly ``2**-k`` (``k = 64``: about 5e-20). Then
-:func:`fedstrata.privacy.fixedpoint.decode` checks the range of the sum. What neither
-check catches: a client that knows the protocol can mask any vector it likes, with a
-matching tag (the coefficients are public to the members); only the range of the
-*sum* bounds what it adds. A range proof per client would be needed to stop that.
+Each client appends one masked word to its input, a linear tag over its encoded input
+(:mod:`fedstrata.privacy.secagg_tag`); :meth:`SecAggServer.finish` refuses a sum whose
+tag differs (:class:`CheckTagError`): garbage passes with probability ``2**-k``.
 
 SecAgg+ graph
 -------------
@@ -82,46 +78,8 @@ SecAgg server builds its secret-sharing graph the same way. Each client then kee
 instead of O(n). Bell et al. take k = O(log n) and give the constants.
 ``degree=None``, or ``degree >= n - 1``, means the complete graph: plain SecAgg.
 
-What keeps an individual input hidden
--------------------------------------
-The server gets ``y_u`` for ``u`` ∈ U3. To read one ``x_u`` it would need ``b_u`` and
-also ``s_u`` (or ``s_v`` for every partner ``v`` of ``u``). The checks that deny it
-that are listed here.
-
-* **Consistency rule (client).** One unmask request may not list a client both as
-  survivor and as dropped. A client answers exactly one unmask request and then
-  refuses every further message. So each holder reveals, for each owner, shares of
-  ``b`` or of ``s``, never both: b-shares only for clients it was told survived,
-  s-shares only for clients it was told dropped.
-* **Threshold rule (both).** The threshold must satisfy ``2 t > h``, where ``h`` is
-  the number of holders of a client's shares (``n``, or ``k + 1``). Two disjoint sets
-  of ``t`` holders then cannot exist. Even a server that sends different lists to
-  different clients cannot collect ``t`` shares of both ``b_u`` and ``s_u`` for the
-  same ``u``.
-* **Self check (client).** A client refuses to reveal anything if it is not listed
-  among the survivors: it sent its masked input. Its own ``s`` share never leaves it.
-* **Enough partners (client).** A client masks only if it has at least ``t - 1``
-  partners (round 2). It unmasks only if at least ``t`` of its partners and itself
-  are listed as survivors (round 3). With fewer, the "sum" could be its own input.
-* **Binding.** Ciphertexts bind the session and the sender and recipient indices.
-  Pair seeds bind the session. Clients reject keys for non-neighbours, duplicated
-  public keys and low-order points.
-* **Server side.** With fewer than ``t`` clients in a round, or fewer than ``t``
-  shares for some ``b_u`` or ``s_u``, the server raises
-  :class:`BelowThresholdError`. It never returns a partial or wrong sum. A rebuilt
-  ``b_u`` must match ``u``'s commitment, a rebuilt ``s_u`` must match ``u``'s public
-  key, and the result must pass the fixed-point range check.
-
-Not covered: nothing authenticates the public keys. Bonawitz et al.'s actively
-secure variant uses a PKI, signatures and a consistency-check round. Without that, a
-malicious server can swap keys in round 0 (man in the middle), fill the roster with
-clients of its own (Sybils), or pick a graph seed that suits it. It can also
-equivocate about *different* clients: for example, tell ``u``'s holders that ``u``
-survived while telling the holders of each of ``u``'s partners that the partner
-dropped. So the guarantee is that of the honest-but-curious model. Bonawitz et al.
-prove it for a server colluding with fewer than ``t`` clients; Bell et al. give the
-probabilistic version for SecAgg+ with suitable ``k`` and ``t``. This code follows
-those protocols and has had no independent security review.
+What keeps an individual input hidden, and what does not, is listed in
+:mod:`fedstrata.privacy.secagg_check` with the consistency check.
 """
 
 from __future__ import annotations
@@ -139,12 +97,16 @@ import numpy as np
 from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
 from nacl.exceptions import CryptoError
 from nacl.public import Box, PrivateKey, PublicKey
+from nacl.signing import SigningKey
 from numpy.typing import ArrayLike, NDArray
 
 from fedstrata.errors import PrivacyError, ValidationError, WireError
 from fedstrata.privacy import fixedpoint, prg, shamir
+from fedstrata.privacy import secagg_check as cc
+from fedstrata.privacy.secagg_tag import check_tag
 
 __all__ = [
+    "CHECK",
     "COLLECT",
     "KEYS",
     "KEY_LIST",
@@ -152,6 +114,7 @@ __all__ = [
     "REVEAL",
     "SETUP",
     "SHARES",
+    "SIGNED",
     "UNMASK",
     "AggregateResult",
     "BelowThresholdError",
@@ -184,6 +147,8 @@ COLLECT: Final = "secagg/collect"
 """Server → client, round 2: the ciphertexts addressed to the client."""
 MASKED: Final = "secagg/masked"
 """Client → server, round 2: the masked input vector."""
+CHECK: Final = cc.CHECK
+SIGNED: Final = cc.SIGNED
 UNMASK: Final = "secagg/unmask"
 """Server → client, round 3: which partners survived and which dropped."""
 REVEAL: Final = "secagg/reveal"
@@ -199,7 +164,6 @@ _CIPHERTEXT_BYTES: Final = _PLAINTEXT_BYTES + Box.NONCE_SIZE + 16  # nonce + Pol
 _PAIR_LABEL: Final = b"fedstrata.sa.pm"
 _COMMIT_LABEL: Final = b"fedstrata.sa.bc"
 _GRAPH_LABEL: Final = b"fedstrata.sa.gr"
-_CHECK_LABEL: Final = b"fedstrata.sa.ck"
 
 
 class SecAggError(PrivacyError):
@@ -344,6 +308,13 @@ class _Graph:
         offsets = [d for j in range(1, self.half + 1) for d in (j, -j)]
         return frozenset(self.ring[(p + d) % n] for d in offsets)
 
+    def ball(self, who: str) -> frozenset[str]:
+        """The holders of the shares ``who`` holds (two hops), but ``who``: its signers."""
+        if self.complete:
+            return self.members - {who}
+        near = self.neighbours(who)
+        return near.union(*(self.neighbours(v) for v in near)) - {who}
+
 
 def neighbourhoods(
     roster: Sequence[str], config: SecAggConfig, graph_seed: bytes
@@ -368,25 +339,6 @@ def _agree(private: bytes, public: bytes) -> bytes:
         return crypto_scalarmult(private, public)
     except CryptoError as exc:
         raise ConsistencyError("a public key is invalid (low-order point)") from exc
-
-
-def _check_coefficients(session: bytes, length: int) -> NDArray[np.uint64]:
-    """The check tag's public coefficients: ``length`` odd words derived from the session."""
-    seed = prg.derive_seed(session, label=_CHECK_LABEL)
-    return prg.expand(seed, length) | np.uint64(1)
-
-
-def check_tag(encoded: NDArray[np.uint64], session: bytes, modulus_bits: int) -> np.uint64:
-    """One member's check tag: ``1 + Σ_j c_j q_j mod 2**k`` over its encoded input ``q``.
-
-    The tag is linear in ``q``, so the tags of the survivors add up to
-    ``|U3| + Σ_j c_j Q_j`` where ``Q`` is the unmasked sum: :meth:`SecAggServer.finish`
-    checks exactly that (see "Check tag" in the module docstring).
-    """
-    c = _check_coefficients(session, encoded.shape[0])
-    with np.errstate(over="ignore"):
-        tag = np.uint64(1) + np.sum(c * encoded, dtype=np.uint64)
-    return tag & np.uint64((1 << modulus_bits) - 1)
 
 
 def _pair_mask(
@@ -455,6 +407,7 @@ class ClientPhase(enum.Enum):
     SETUP = "setup"
     KEY_LIST = "key_list"
     COLLECT = "collect"
+    CHECK = "check"
     UNMASK = "unmask"
     DONE = "done"
     ABORTED = "aborted"
@@ -494,7 +447,11 @@ class SecAggClient:
         self._members: frozenset[str] = frozenset()
         self._index: dict[str, int] = {}
         self._neighbours: frozenset[str] = frozenset()
+        self._graph: _Graph | None = None
         self._t = 0
+        self._g_sk: SigningKey | None = cc.signing_key()  # per session, as the X25519 keys
+        self._v_pks: dict[str, bytes] = {}
+        self._signed = b""  # the survivor set it signed (bitmap)
         self._c_sk: PrivateKey | None = None
         self._s_sk: PrivateKey | None = None
         self._s_pks: dict[str, bytes] = {}
@@ -534,6 +491,7 @@ class SecAggClient:
             ClientPhase.SETUP: self._on_setup,
             ClientPhase.KEY_LIST: self._on_key_list,
             ClientPhase.COLLECT: self._on_collect,
+            ClientPhase.CHECK: self._on_check,
             ClientPhase.UNMASK: self._on_unmask,
         }[self.phase]
         try:
@@ -573,12 +531,16 @@ class SecAggClient:
         seed = _bytes(message, "graph_seed", 32)
         self._members = frozenset(self._roster)
         self._index = {who: i for i, who in enumerate(self._roster)}
-        self._neighbours = _Graph(self._roster, self.config, seed).neighbours(self.client_id)
+        self._graph = _Graph(self._roster, self.config, seed)
+        self._neighbours = self._graph.neighbours(self.client_id)
         self._t = self.config.threshold_for(len(self._roster))
         self._c_sk, self._s_sk = PrivateKey.generate(), PrivateKey.generate()
         self.phase = ClientPhase.KEY_LIST
         return self._reply(
-            KEYS, c_pk=bytes(self._c_sk.public_key), s_pk=bytes(self._s_sk.public_key)
+            KEYS,
+            c_pk=bytes(self._c_sk.public_key),
+            s_pk=bytes(self._s_sk.public_key),
+            v_pk=bytes(self._g_sk.verify_key),
         )
 
     def _on_key_list(self, message: Mapping[str, Any]) -> Message:
@@ -589,7 +551,10 @@ class SecAggClient:
         s_pks = _bytes_map(message, "s_pks", KEY_BYTES)
         if set(c_pks) != set(s_pks):
             raise MalformedMessageError("c_pks and s_pks name different clients")
-        if stray := set(c_pks) - self._neighbours:
+        assert self._graph is not None
+        v_pks = _bytes_map(message, "v_pks", KEY_BYTES)
+        ball = self._graph.ball(self.client_id)
+        if stray := (set(c_pks) - self._neighbours) | (set(v_pks) - ball):
             raise ConsistencyError(f"keys for clients that are not neighbours: {sorted(stray)}")
         keys = [bytes(self._c_sk.public_key), bytes(self._s_sk.public_key)]
         keys += [*c_pks.values(), *s_pks.values()]
@@ -603,7 +568,7 @@ class SecAggClient:
             self._boxes = {v: Box(self._c_sk, PublicKey(pk)) for v, pk in c_pks.items()}
         except CryptoError as exc:
             raise ConsistencyError("a public key is invalid (low-order point)") from exc
-        self._s_pks = s_pks
+        self._s_pks, self._v_pks = s_pks, v_pks
         self._b = os.urandom(prg.SEED_BYTES)
         me = self._index[self.client_id]
         ids = {who: self._index[who] + 1 for who in [self.client_id, *c_pks]}
@@ -679,8 +644,41 @@ class SecAggClient:
         self._c_sk = self._s_sk = self._b = None
         self._boxes = {}
         self._x = None
-        self.phase = ClientPhase.UNMASK
+        self.phase = ClientPhase.CHECK
         return self._reply(MASKED, masked=y)
+
+    def _on_check(self, message: Mapping[str, Any]) -> Message:
+        self._expect(message, CHECK)
+        bits = message.get("survivors")
+        u3 = cc.decode_set(self._roster, bits)
+        if u3 is None:
+            raise MalformedMessageError("secagg/check: 'survivors' must be a roster bitmap")
+        me, partners = self.client_id, self._partners
+        problem = cc.survivors_problem(me, u3, self._neighbours, partners, self._t)
+        if problem is not None:
+            raise (BelowThresholdError if problem[0] else ConsistencyError)(problem[1])
+        self._signed = bytes(bits)  # type: ignore[arg-type]
+        self.phase = ClientPhase.UNMASK
+        assert self._g_sk is not None
+        return self._reply(SIGNED, signature=cc.sign(self._g_sk, self._session, self._signed))
+
+    def _check_signatures(self, message: Mapping[str, Any]) -> None:
+        """Refuse unless each owner it holds has ``t`` holders that signed its survivor set."""
+        assert self._graph is not None
+        signatures = _bytes_map(message, "signatures", cc.SIGNATURE_BYTES)
+        owners = self._partners | {self.client_id}
+        problem = cc.signatures_problem(
+            self.client_id,
+            signatures,
+            self._v_pks,
+            self._session,
+            self._signed,
+            owners,
+            self._graph,
+            self._t,
+        )
+        if problem is not None:
+            raise ConsistencyError(f"client {self.client_id}: {problem}")
 
     def _on_unmask(self, message: Mapping[str, Any]) -> Message:
         self._expect(message, UNMASK)
@@ -690,18 +688,14 @@ class SecAggClient:
             raise ConsistencyError(
                 f"{sorted(both)} listed as survivor and as dropped: refusing both kinds of shares"
             )
-        if self.client_id not in survivors:
+        u3 = cc.decode_set(self._roster, self._signed)
+        assert u3 is not None
+        mine = self._partners | {self.client_id}
+        if set(survivors) != u3 & mine or set(dropped) != self._partners - u3:
             raise ConsistencyError(
-                f"client {self.client_id} sent its masked input but is not listed as a survivor"
+                f"client {self.client_id}: the unmasking's survivors differ from the set it signed"
             )
-        if unknown := (set(survivors) | set(dropped)) & (self._neighbours - self._partners):
-            raise ConsistencyError(f"partners that never sent shares are listed: {sorted(unknown)}")
-        alive = 1 + len(set(survivors) & self._partners)
-        if alive < self._t:
-            raise BelowThresholdError(
-                f"client {self.client_id}: {alive} survivor(s) among its partners and itself, "
-                f"threshold {self._t}"
-            )
+        self._check_signatures(message)
         b_shares = {u: self._held[u].b for u in survivors if u in self._held}
         sk_shares = {u: self._held[u].sk for u in dropped if u in self._held}
         self._wipe(ClientPhase.DONE)
@@ -713,6 +707,7 @@ class SecAggClient:
         self._x = None
         self._boxes = {}
         self._held = {}
+        self._g_sk = None
 
 
 # ---------------------------------------------------------------------------- server
@@ -724,6 +719,7 @@ class ServerPhase(enum.Enum):
     KEYS = "keys"
     SHARES = "shares"
     MASKED = "masked"
+    CHECK = "check"
     REVEAL = "reveal"
     DONE = "done"
     ABORTED = "aborted"
@@ -733,6 +729,7 @@ _EXPECTED: Final = {
     ServerPhase.KEYS: KEYS,
     ServerPhase.SHARES: SHARES,
     ServerPhase.MASKED: MASKED,
+    ServerPhase.CHECK: SIGNED,
     ServerPhase.REVEAL: REVEAL,
 }
 
@@ -801,6 +798,9 @@ class SecAggServer:
         self._graph = _Graph(self.roster, config, self.graph_seed)
         self._expected: frozenset[str] = frozenset()
         self._keys: dict[str, tuple[bytes, bytes]] = {}
+        self._v_pks: dict[str, bytes] = {}
+        self._u3_bits = b""
+        self._signatures: dict[str, bytes] = {}
         self._ciphertexts: dict[str, dict[str, bytes]] = {}
         self._commitments: dict[str, bytes] = {}
         self._forwarded: dict[str, frozenset[str]] = {}
@@ -813,6 +813,7 @@ class SecAggServer:
             ServerPhase.KEYS: self._keys,
             ServerPhase.SHARES: self._ciphertexts,
             ServerPhase.MASKED: self._masked,
+            ServerPhase.CHECK: self._signatures,
             ServerPhase.REVEAL: self._reveals,
         }
         return received.get(self.phase, {})
@@ -876,6 +877,7 @@ class SecAggServer:
             ServerPhase.KEYS: self._on_keys,
             ServerPhase.SHARES: self._on_shares,
             ServerPhase.MASKED: self._on_masked,
+            ServerPhase.CHECK: self._on_signed,
             ServerPhase.REVEAL: self._on_reveal,
         }[self.phase](client_id, message)
         return True
@@ -883,6 +885,13 @@ class SecAggServer:
     def _on_keys(self, who: str, message: Mapping[str, Any]) -> None:
         c_pk, s_pk = _bytes(message, "c_pk", KEY_BYTES), _bytes(message, "s_pk", KEY_BYTES)
         self._keys[who] = (c_pk, s_pk)
+        self._v_pks[who] = _bytes(message, "v_pk", KEY_BYTES)
+
+    def _on_signed(self, who: str, message: Mapping[str, Any]) -> None:
+        signature = _bytes(message, "signature", cc.SIGNATURE_BYTES)
+        if not cc.verifies(self._v_pks[who], self.session, self._u3_bits, signature):
+            raise MalformedMessageError(f"{who}'s signature of the survivor set does not verify")
+        self._signatures[who] = signature
 
     def _on_shares(self, who: str, message: Mapping[str, Any]) -> None:
         ciphertexts = _bytes_map(message, "ciphertexts", _CIPHERTEXT_BYTES)
@@ -913,7 +922,7 @@ class SecAggServer:
         self._reveals[who] = (b_shares, sk_shares)
 
     def advance(self) -> dict[str, Message]:
-        """Close round 0, 1 or 2 with the replies received; return the next round's messages.
+        """Close round 0, 1, 2 or 3 with the replies received; return the next round's messages.
 
         Raises
         ------
@@ -924,13 +933,15 @@ class SecAggServer:
             ServerPhase.KEYS,
             ServerPhase.SHARES,
             ServerPhase.MASKED,
+            ServerPhase.CHECK,
         ):
             raise SecAggError(f"advance() in phase {self.phase.value}")
-        if self.phase is ServerPhase.KEYS:
-            return self._close_keys()
-        if self.phase is ServerPhase.SHARES:
-            return self._close_shares()
-        return self._close_masked()
+        return {
+            ServerPhase.KEYS: self._close_keys,
+            ServerPhase.SHARES: self._close_shares,
+            ServerPhase.MASKED: self._close_masked,
+            ServerPhase.CHECK: self._close_check,
+        }[self.phase]()
 
     def _close_keys(self) -> dict[str, Message]:
         u1 = frozenset(self._keys)
@@ -942,6 +953,7 @@ class SecAggServer:
                 KEY_LIST,
                 c_pks={u: self._keys[u][0] for u in peers},
                 s_pks={u: self._keys[u][1] for u in peers},
+                v_pks={u: self._v_pks[u] for u in self._sorted(self._graph.ball(v) & u1)},
             )
         self.phase, self._expected = ServerPhase.SHARES, u1
         return out
@@ -961,16 +973,27 @@ class SecAggServer:
     def _close_masked(self) -> dict[str, Message]:
         u3 = frozenset(self._masked)
         self._require(len(u3), "clients sent masked input")
+        self._u3_bits = cc.encode_set(self.roster, u3)
+        self.phase, self._expected = ServerPhase.CHECK, u3
+        return {v: self._message(CHECK, survivors=self._u3_bits) for v in self._sorted(u3)}
+
+    def _close_check(self) -> dict[str, Message]:
+        u3, u4 = frozenset(self._masked), frozenset(self._signatures)
+        self._require(len(u4), "clients signed the survivor set")
         out = {}
-        for v in self._sorted(u3):
+        for v in self._sorted(u4):
             partners = self._forwarded[v]
             survivors = (partners | {v}) & u3
             dropped = partners - u3
             self._asked[v] = (survivors, dropped)
+            signers = self._sorted(self._graph.ball(v) & u4)
             out[v] = self._message(
-                UNMASK, survivors=self._sorted(survivors), dropped=self._sorted(dropped)
+                UNMASK,
+                survivors=self._sorted(survivors),
+                dropped=self._sorted(dropped),
+                signatures={w: self._signatures[w] for w in signers},
             )
-        self.phase, self._expected = ServerPhase.REVEAL, u3
+        self.phase, self._expected = ServerPhase.REVEAL, u4
         return out
 
     def _collect(self, owner: str, kind: int) -> dict[int, bytes]:

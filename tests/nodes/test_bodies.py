@@ -35,14 +35,14 @@ def session_messages() -> dict[str, dict]:
     out: dict[str, dict] = {}
     messages = server.start()
     out[secagg.SETUP] = messages["a"]
-    for step in range(4):
+    for step in range(5):  # keys, shares, masked, signed, reveal
         for c, m in messages.items():
             if step == 2:
                 clients[c].set_input(np.zeros(2))
             reply = clients[c].handle(m)
             out[reply["type"]] = reply
             server.receive(c, reply)
-        if step < 3:
+        if step < 4:
             messages = server.advance()
             out[next(iter(messages.values()))["type"]] = next(iter(messages.values()))
     return out

@@ -20,6 +20,7 @@ from fedstrata.errors import ValidationError, WireError
 from fedstrata.privacy import fixedpoint as fp
 from fedstrata.privacy import prg
 from fedstrata.privacy.secagg import (
+    CHECK,
     KEY_LIST,
     MASKED,
     UNMASK,
@@ -36,16 +37,17 @@ from fedstrata.privacy.secagg import (
     check_tag,
     neighbourhoods,
 )
+from fedstrata.privacy.secagg_check import encode_set
 
 FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-ROUNDS = ("keys", "shares", "masked", "reveal")  # the reply each round collects
+ROUNDS = ("keys", "shares", "masked", "signed", "reveal")  # the reply each round collects
 
 # ------------------------------------------------------------------------------ harness
 
 
 @dataclass
 class Run:
-    """One simulated aggregation; ``drop[c] = r`` silences client c from round r (0..3) on."""
+    """One simulated aggregation; ``drop[c] = r`` silences client c from round r (0..4) on."""
 
     n: int
     config: SecAggConfig
@@ -92,10 +94,10 @@ class Run:
 
     def execute(self) -> Any:
         messages = self.server.start()
-        for r in range(3):
+        for r in range(4):
             self.round(messages, r)
             messages = self.server.advance()
-        self.round(messages, 3)
+        self.round(messages, 4)
         return self.server.finish()
 
     def expected_total(self, survivors: tuple[str, ...]) -> np.ndarray:
@@ -113,13 +115,13 @@ class Run:
 
 
 def stage_sets(run: Run) -> list[set[str]]:
-    """U1..U4 as intended by ``run.drop`` (before any client-side refusal)."""
-    return [{c for c in run.roster if run.drop.get(c, 99) > r} for r in range(4)]
+    """U1..U5 as intended by ``run.drop`` (before any client-side refusal)."""
+    return [{c for c in run.roster if run.drop.get(c, 99) > r} for r in range(5)]
 
 
 def recoverable(run: Run) -> bool:
     """Whether honest clients with these dropouts must give the sum (independent of the code)."""
-    u1, u2, u3, u4 = stage_sets(run)
+    u1, u2, u3, _, u4 = stage_sets(run)  # the signers are a superset of the revealers
     t = run.config.threshold_for(run.n)
     if min(len(u1), len(u2), len(u3)) < t:
         return False
@@ -171,7 +173,7 @@ SCENARIOS = {  # the rounds from which 30 % of the clients go silent, spread eve
     "no dropouts": (),
     "30% after masked input": (3,),
     "30% before masked input": (2,),
-    "30% across rounds": (0, 1, 2, 3),
+    "30% across rounds": (0, 1, 2, 3, 4),
 }
 
 
@@ -220,7 +222,7 @@ def test_either_the_exact_sum_or_below_threshold(data: st.DataObject) -> None:
     cfg0 = SecAggConfig(vector_length=3, clip=4.0, degree=degree)
     t = cfg0.holders(n) if threshold == "max" else None
     cfg = SecAggConfig(vector_length=3, clip=4.0, degree=degree, threshold=t)
-    stage = st.sampled_from([99] * 8 + [0, 1, 2, 3])  # about one client in three drops
+    stage = st.sampled_from([99] * 10 + [0, 1, 2, 3, 4])  # about one client in three drops
     drop = {f"node-{i:03d}": data.draw(stage) for i in range(n)}
     run = Run(n, cfg, {c: r for c, r in drop.items() if r < 99}, seed=n)
     if recoverable(run):
@@ -241,7 +243,7 @@ def test_either_the_exact_sum_or_below_threshold(data: st.DataObject) -> None:
 
 def test_too_few_survivors_raise_and_never_return_a_sum() -> None:
     cfg = SecAggConfig(vector_length=4, clip=1.0)  # n = 6: t = 4
-    run = Run(6, cfg, {"node-000": 3, "node-001": 3, "node-002": 3})
+    run = Run(6, cfg, {"node-000": 4, "node-001": 4, "node-002": 4})  # signed, then silent
     with pytest.raises(BelowThresholdError, match="threshold 4: cannot unmask"):
         run.execute()
     assert run.server.phase is ServerPhase.ABORTED
@@ -249,7 +251,7 @@ def test_too_few_survivors_raise_and_never_return_a_sum() -> None:
         run.server.finish()
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_too_few_clients_in_a_round(stage: int) -> None:
     cfg = SecAggConfig(vector_length=2, clip=1.0)
     run = Run(5, cfg, {f"node-00{i}": stage for i in range(3)})  # 2 left, t = 3
@@ -291,7 +293,7 @@ def test_masked_vector_looks_uniform_and_changes_between_runs(degree: int | None
 def up_to_unmask(n: int = 5, **kwargs: Any) -> tuple[Run, dict[str, dict[str, Any]]]:
     run = Run(n, SecAggConfig(vector_length=3, clip=1.0, **kwargs))
     messages = run.server.start()
-    for r in range(3):
+    for r in range(4):
         run.round(messages, r)
         messages = run.server.advance()
     return run, messages
@@ -326,26 +328,51 @@ def test_client_answers_one_unmask_request_only() -> None:
     assert run.clients[holder].phase is ClientPhase.DONE
 
 
-def test_client_refuses_when_listed_as_dropped_or_too_few_survivors() -> None:
+def up_to_check(n: int = 5, **kwargs: Any) -> tuple[Run, dict[str, dict[str, Any]]]:
+    """A run whose clients all sent masked input; the server's check requests."""
+    run = Run(n, SecAggConfig(vector_length=3, clip=1.0, **kwargs))
+    messages = run.server.start()
+    for r in range(3):
+        run.round(messages, r)
+        messages = run.server.advance()
+    assert {m["type"] for m in messages.values()} == {CHECK}
+    return run, messages
+
+
+def test_client_refuses_to_sign_when_left_out_or_too_few_survivors() -> None:
+    run, messages = up_to_check()
+    me = "node-004"
+    without_me = encode_set(run.roster, [c for c in run.roster if c != me])
+    with pytest.raises(ConsistencyError, match="not listed as a survivor"):
+        run.clients[me].handle({**messages[me], "survivors": without_me})
+    run, messages = up_to_check()
+    few = {**messages[me], "survivors": encode_set(run.roster, [me, "node-000"])}
+    with pytest.raises(BelowThresholdError, match="2 survivor"):
+        run.clients[me].handle(few)
+    padded = {**messages[me], "survivors": b"\xff"}  # 5 members: 3 padding bits set
+    with pytest.raises(MalformedMessageError, match="bitmap"):
+        run.clients["node-003"].handle(padded)
+
+
+def test_client_refuses_unmasking_lists_other_than_the_set_it_signed() -> None:
     run, messages = up_to_unmask()
     me = "node-004"
     m = messages[me]
-    with pytest.raises(ConsistencyError, match="not listed as a survivor"):
+    with pytest.raises(ConsistencyError, match="differ from the set it signed"):
         run.clients[me].handle(
-            {**m, "survivors": [c for c in m["survivors"] if c != me], "dropped": [me]}
+            {
+                **m,
+                "survivors": [c for c in m["survivors"] if c != "node-000"],
+                "dropped": ["node-000"],
+            }
         )
-    run, messages = up_to_unmask()
-    m = messages[me]
-    few = {**m, "survivors": [me, "node-000"], "dropped": ["node-001", "node-002", "node-003"]}
-    with pytest.raises(BelowThresholdError, match="2 survivor"):
-        run.clients[me].handle(few)
 
 
 def test_equivocating_server_cannot_collect_both_kinds_for_one_client() -> None:
     """The server tells half the holders that a client survived, half that it dropped."""
     run, messages = up_to_unmask(7)  # complete graph, h = 7, t = 4
     victim = "node-000"
-    b_shares = sk_shares = 0
+    b_shares = sk_shares = refused = 0
     for k, holder in enumerate(c for c in run.roster if c != victim):
         m = messages[holder]
         if k % 2:
@@ -354,12 +381,14 @@ def test_equivocating_server_cannot_collect_both_kinds_for_one_client() -> None:
                 "survivors": [c for c in m["survivors"] if c != victim],
                 "dropped": [victim],
             }
-        reply = run.clients[holder].handle(m)
+        try:
+            reply = run.clients[holder].handle(m)
+        except ConsistencyError:
+            refused += 1
+            continue
         b_shares += victim in reply["b_shares"]
         sk_shares += victim in reply["sk_shares"]
-    t = run.server.threshold
-    assert b_shares + sk_shares <= 6
-    assert min(b_shares, sk_shares) < t  # never t of both, since 2t > h
+    assert (b_shares, sk_shares, refused) == (3, 0, 3)  # lists unlike the signed set: refused
 
 
 def test_threshold_rule_is_enforced() -> None:
@@ -516,6 +545,8 @@ def test_server_rejects_malformed_replies() -> None:
     assert issubclass(MalformedMessageError, WireError)
     run.round(messages, 2)
     messages = run.server.advance()
+    run.round(messages, 3)
+    messages = run.server.advance()
     reply = run.clients["node-000"].handle(messages["node-000"])
     unasked = {**reply, "sk_shares": {"node-001": bytes(64)}}
     with pytest.raises(MalformedMessageError, match="not asked"):
@@ -555,7 +586,7 @@ def test_message_types() -> None:
     run.round(messages, 0)
     lists = run.server.advance()
     assert {m["type"] for m in lists.values()} == {KEY_LIST}
-    for r in (1, 2):
+    for r in (1, 2, 3):
         run.round(lists, r)
         lists = run.server.advance()
     assert {m["type"] for m in lists.values()} == {UNMASK}
@@ -641,6 +672,8 @@ def run_with_masked(
         assert run.server.receive(c, reply)
     messages = run.server.advance()
     run.round(messages, 3)
+    messages = run.server.advance()
+    run.round(messages, 4)
     return run
 
 
@@ -732,6 +765,8 @@ def test_a_knowing_member_shifts_the_sum_within_its_range_undetected() -> None:
         run.round(messages, 2)
         messages = run.server.advance()
         run.round(messages, 3)
+        messages = run.server.advance()
+        run.round(messages, 4)
         if caught:
             with pytest.raises(fp.FixedPointOverflowError):
                 run.server.finish()

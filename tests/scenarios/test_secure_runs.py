@@ -73,7 +73,7 @@ def test_secure_aggregation_changes_nothing_but_the_bytes(tmp_path, shape, topol
         assert p["sessions_unmasked"] == groups * sums and p["sessions_failed"] == 0
         assert p["rounds_unmasked"] == sums
         tiers = p["per_tier"].values()
-        overhead = sum(t["keys"] + t["shares"] + t["unmasking"] for t in tiers)
+        overhead = sum(t["keys"] + t["shares"] + t["consistency"] + t["unmasking"] for t in tiers)
         assert p["overhead_bytes"] == overhead > 0
         assert p["masked_bytes"] == sum(t["masked"] for t in tiers) > 0
         assert all(min(t["keys"], t["shares"], t["unmasking"]) > 0 for t in tiers)

@@ -300,11 +300,15 @@ class Cell:
     statuses: list[str] = field(default_factory=list)
     central: list[float] = field(default_factory=list)
     refused: str = ""
+    #: why runs ended without labels (the summaries' ``reason``)
+    reasons: set[str] = field(default_factory=set)
 
     def add_summary(self, summary: dict[str, Any]) -> None:
         ari = (summary.get("metrics") or {}).get("ari")
         self.fed_ari.append(float("nan") if ari is None else float(ari))
         self.statuses.append(str(summary.get("status")))
+        if ari is None and summary.get("reason"):
+            self.reasons.add(str(summary["reason"]))
         privacy = summary.get("privacy") or {}
         dp = privacy.get("dp") or privacy  # the DP keys sit in the privacy block itself
         if "epsilon_spent" in dp:
@@ -344,7 +348,8 @@ def _status(cell: Cell) -> str:
     counts: dict[str, int] = {}
     for s in cell.statuses:
         counts[s] = counts.get(s, 0) + 1
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    return text + "".join(f" ({r})" for r in sorted(cell.reasons))
 
 
 TABLE_HEAD = (
@@ -388,12 +393,25 @@ def verdicts(cells: list[Cell]) -> list[str]:
         what = f"{cell.setting.label}, ε = {t.epsilon:g}: mean ARI ≥ {t.ari:.2f}"
         vals = [v for v in cell.fed_ari if math.isfinite(v)]
         if cell.refused or not vals:
-            lines.append(f"FAIL  {what}: not measured ({cell.refused or 'no labels'})")
+            why = cell.refused or f"no labels: {_status(cell)}"
+            lines.append(f"FAIL  {what}: not measured ({why})")
             continue
         mean = float(np.mean(vals))
         verdict = "PASS" if mean >= t.ari and len(vals) == len(cell.fed_ari) else "FAIL"
         lines.append(f"{verdict}  {what}: {mean:.4f} (min {min(vals):.4f})")
-    return lines
+    return lines + budget_verdict(cells)
+
+
+def budget_verdict(cells: list[Cell]) -> list[str]:
+    """FAIL for every cell whose record reports more ε spent than its target; else PASS."""
+    over = [
+        f"FAIL  budget: {c.setting.label}, ε = {c.epsilon:g}: the record reports "
+        f"{max(c.spent):.4f} spent"
+        for c in cells
+        if c.epsilon is not None and c.spent and max(c.spent) > c.epsilon + 1e-9
+    ]
+    runs = sum(len(c.spent) for c in cells)
+    return over or [f"PASS  budget: every DP run ({runs}) reports at most its ε spent"]
 
 
 # ------------------------------------------------------------------------------ main

@@ -63,7 +63,8 @@ def test_smoke_prints_the_table_with_fedstrata_and_diffprivlib_in_range(tmp_path
     assert -0.5 <= float(row["diffprivlib ARI min"]) <= float(row["diffprivlib ARI mean"]) <= 1.0
 
     verdict = [line for line in res.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
-    assert len(verdict) == 1 and "synthetic, 10 IID clients, ε = 1" in verdict[0]
+    assert len(verdict) == 2 and "synthetic, 10 IID clients, ε = 1" in verdict[0]
+    assert verdict[1] == "PASS  budget: every DP run (2) reports at most its ε spent"
 
 
 def test_without_diffprivlib_a_clear_message_and_fedstrata_still_runs(tmp_path):

@@ -535,6 +535,7 @@ class SecAggClient:
         self._neighbours = self._graph.neighbours(self.client_id)
         self._t = self.config.threshold_for(len(self._roster))
         self._c_sk, self._s_sk = PrivateKey.generate(), PrivateKey.generate()
+        assert self._g_sk is not None  # dropped only when the session ends
         self.phase = ClientPhase.KEY_LIST
         return self._reply(
             KEYS,

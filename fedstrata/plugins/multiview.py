@@ -222,6 +222,7 @@ class MultiViewLearner(Learner):
         #: Sample-level DP: the pooled means and s.d.s of the run's configuration.
         self._frame: tuple[list[np.ndarray], list[np.ndarray]] | None = None
         self._releases = 0  # noisy partials sent so far (the round of a DP schedule)
+        self._made = 0  # noisy releases of any kind (setup stages, rounds): the budget's
 
     def _flops(self, iters: int) -> float:
         a = self.algorithm
@@ -236,6 +237,7 @@ class MultiViewLearner(Learner):
         """
         a = self.algorithm
         if a.private is not None:
+            self._spend()
             if self._dp_rng is None:  # a child stream: the client's own draws stay as they were
                 self._dp_rng = self.rng.spawn(1)[0]
             return a.setup_reply(self.views, self.view_ids, request, self._dp_rng), self._flops(1)
@@ -299,8 +301,16 @@ class MultiViewLearner(Learner):
             partial, flops = self.algorithm.local_update(self, scaled, self.prepared(), None)
         return self._private(partial), flops
 
+    def _spend(self) -> None:
+        """Count a noisy release; refuse it (BudgetSpentError) beyond the run's budget."""
+        private = self.algorithm.private
+        if private is not None and private.dp:
+            private.check_release(self._made)
+            self._made += 1
+
     def _sample_private(self, state: State) -> dict[str, Any]:
         """The round's sample-level DP partial (:mod:`fedstrata.plugins.sample_rounds`)."""
+        self._spend()
         a = self.algorithm
         assert self._frame is not None
         assert a.private is not None
@@ -337,6 +347,7 @@ class MultiViewLearner(Learner):
             return partial
         from fedstrata.privacy.dp import gaussian_mechanism
 
+        self._spend()
         if self._dp_rng is None:  # a child stream: the client's own draws stay as they were
             self._dp_rng = self.rng.spawn(1)[0]
         release, self._releases = self._releases, self._releases + 1

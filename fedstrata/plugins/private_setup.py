@@ -249,18 +249,28 @@ def seed_from_cells(
     config: PrivateConfig,
     rng: np.random.Generator,
 ) -> tuple[list[np.ndarray], np.ndarray] | None:
-    """Initial centres (raw units, per view) and weights from summed cells; None: too few."""
+    """Initial centres (raw units, per view) and weights from summed cells.
+
+    Cells whose noisy count is within 3 noise s.d.s of zero are left out; when fewer
+    than ``c`` remain, the ``c`` heaviest seed one centre each (a repeated setup stage
+    would be another release, beyond the run's budget). None only without ``c`` cells.
+    """
     c = shape.n_clusters
+    if config.cells * c < c:
+        return None
     counts = np.vstack([np.asarray(a, dtype=np.float64) for a in total["cell_n"]])
     floor = 3.0 * config.noise * _full_sensitivity(shape, config) if config.dp else 0.5
     weight = counts.min(axis=0)
     keep = np.flatnonzero(weight > floor)
-    if keep.size < c:
+    if keep.size < c:  # too few cells above the noise: the c heaviest, all the same
         keep = np.argsort(-weight)[:c]
-        if (weight[keep] <= 0).any():
-            return None
-    w = weight[keep]
-    P = np.hstack([total["cell_s"][g][keep] / counts[g][keep, None] for g in range(shape.n_views)])
+    w = np.maximum(weight[keep], 1.0)  # a noisy count may be <= 0; it still seeds a centre
+    radii = config.radii(shape.dims)
+    P = np.hstack(
+        [  # each cell's mean, inside the clip (a small noisy count inflates it)
+            clip_rows(total["cell_s"][g][keep] / w[:, None], radii[g]) for g in range(shape.n_views)
+        ]
+    )
     best: tuple[float, np.ndarray] | None = None
     for _ in range(RESTARTS):
         C = _kmeanspp(P, w, c, rng)

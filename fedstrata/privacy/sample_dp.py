@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedstrata.errors import ValidationError
+from fedstrata.errors import ValidationError, WireError
 
 __all__ = [
     "SETUP_RELEASES",
+    "BudgetSpentError",
     "PrivateConfig",
     "box_units",
     "cells_sensitivity",
@@ -40,6 +41,11 @@ __all__ = [
     "noise_share",
     "release_sigma",
 ]
+
+
+class BudgetSpentError(WireError):
+    """A client was asked for a noisy release beyond its run's budget (it refuses)."""
+
 
 #: Noisy releases of the private setup: the moments and the seeding cells.
 SETUP_RELEASES = 2
@@ -121,6 +127,9 @@ class PrivateConfig:
         rounds keep the client-level mechanism (``dp_clip``) or no DP.
     seed
         The public seed of the seeding candidates and of the root's k-means++.
+    releases
+        The noisy releases the run's budget allows each client (the setup's two and
+        the rounds); a client refuses to make more (0: no DP, no limit).
     """
 
     bounds: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
@@ -130,6 +139,15 @@ class PrivateConfig:
     cells: int = 4
     sample_rounds: bool = False
     seed: int = 0
+    releases: int = 0
+
+    def check_release(self, made: int) -> None:
+        """Refuse the release after ``made`` ones when the budget allows no more."""
+        if self.releases and made >= self.releases:
+            raise BudgetSpentError(
+                f"the privacy budget allows {self.releases} noisy releases and this client "
+                "made them all: it sends no more"
+            )
 
     @property
     def dp(self) -> bool:

@@ -239,6 +239,7 @@ def private_config(sc: Scenario) -> PrivateConfig | None:
         cells=dp.cells,
         sample_rounds=dp.unit == "sample",
         seed=sc.seed,
+        releases=dp_releases(sc),
     )
 
 

@@ -236,3 +236,22 @@ def test_dp_without_bounds_is_refused_with_the_reason(tmp_path):
     res = subprocess.run(["fedstrata", "validate", str(path)], capture_output=True, text=True)
     assert res.returncode == 1
     assert "public feature bounds" in res.stderr
+
+
+def test_a_client_refuses_releases_beyond_its_budget():
+    """The budget is enforced where the data is: the third setup stage is refused."""
+    from fedstrata.algorithms.multiview import MultiViewModel
+    from fedstrata.nodes.config import ProtocolConfig
+    from fedstrata.plugins.multiview import multiview_algorithm
+    from fedstrata.privacy.sample_dp import BudgetSpentError
+
+    private = PrivateConfig(bounds=((0.0, 1.0),), noise=2.0, releases=2, sample_rounds=True)
+    protocol = ProtocolConfig(rule="sum", private=private)
+    algo = multiview_algorithm(MultiViewModel(n_clusters=2), protocol, Shape(2, (3,)))
+    X = np.random.default_rng(0).uniform(size=(20, 3))
+    learner = algo.learner([X], view_ids=[0], rng=np.random.default_rng(1), node_id="c")
+    first, _ = learner.setup()
+    assert first["stage"] == 1
+    learner.setup()  # the second release the budget allows
+    with pytest.raises(BudgetSpentError, match="allows 2 noisy releases"):
+        learner.setup()

@@ -76,7 +76,25 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         _FOG,
         {"privacy.secure_aggregation": "secagg+", "privacy.sign": True, "protocol.rounds": 4},
     ),
-    "dp": (_FLAT, {"privacy.dp": {"epsilon": 8.0, "clip": 200.0}, "protocol.rounds": 5}),
+    "dp": (
+        _FLAT,
+        {
+            "privacy.dp": {
+                "epsilon": 8.0,
+                "unit": "client",
+                "clip": 200.0,
+                "bounds": [[0.0, 10.0], [-8.0, 8.0]],
+            },
+            "protocol.rounds": 5,
+        },
+    ),
+    "dp-sample": (
+        _FLAT,
+        {
+            "privacy.dp": {"epsilon": 1.0, "bounds": [[0.0, 10.0], [-8.0, 8.0]]},
+            "protocol.rounds": 3,
+        },
+    ),
     "personal": (
         _FLAT,
         {"protocol.personalization": {"local_iters": 2}, "protocol.rounds": 5},

@@ -461,7 +461,7 @@ class _MultiView(SharedSetupRound, Algorithm):
             complete = not any(r is None for r in merged["refs"])
         private = self.private
         if private is not None and private.sample_rounds and self._frame is not None:
-            extras["frame"] = {"mu": self._frame["mu"], "sd": self._frame["sd"]}
+            extras["frame"] = {"mu": self._frame["mu"], "scale": self._frame["scale"]}
         if state is None and len(merged.get("init_w", ())) == self.shape.n_clusters:
             H = self.shape.n_views
             state = read_state(

@@ -113,8 +113,12 @@ def moments_body(
 
 
 def frame_of(total: dict[str, Any], shape: Shape, config: PrivateConfig) -> dict[str, Any]:
-    """Per view the pooled mean and s.d. in raw units, from summed moments (root)."""
-    mus, sds, counts = [], [], []
+    """Per view the pooled mean, s.d. and scale in raw units, from summed moments (root).
+
+    The scale standardizes the seeding cells and the DP rounds: the public bounds'
+    half-width when declared, else the s.d. (exact: secure aggregation alone).
+    """
+    mus, sds, scales, counts = [], [], [], []
     for g, d in enumerate(shape.dims):
         n = float(total["cnt"][g])
         if not n >= 1.0:
@@ -123,6 +127,7 @@ def frame_of(total: dict[str, Any], shape: Shape, config: PrivateConfig) -> dict
         var = np.maximum(total["s2"][g] / n - mean * mean, 1e-12)
         if config.bounds is None:
             mu, sd = mean, np.sqrt(var)
+            scale = sd
         else:
             lo, hi = (
                 np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)) for b in config.bounds[g]
@@ -130,15 +135,19 @@ def frame_of(total: dict[str, Any], shape: Shape, config: PrivateConfig) -> dict
             half = (hi - lo) / 2.0
             mu = lo + half + half * np.clip(mean, -1.0, 1.0)
             sd = np.where(half > 0, half * np.sqrt(var), 1.0)
+            # the public half-width, not the noisy s.d.: a near-constant feature's s.d.
+            # is mostly noise under DP and dividing by it would make that feature rule
+            scale = np.where(half > 0, half, 1.0)
         mus.append(np.asarray(mu, dtype=np.float64).reshape(d))
         sds.append(np.maximum(np.asarray(sd, dtype=np.float64).reshape(d), 1e-12))
+        scales.append(np.maximum(np.asarray(scale, dtype=np.float64).reshape(d), 1e-12))
         counts.append(n)
-    return {"mu": mus, "sd": sds, "count": counts}
+    return {"mu": mus, "sd": sds, "scale": scales, "count": counts}
 
 
 def setup_request(frame: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The second stage's request: the public frame and the candidates' seed."""
-    return {"stage": 2, "mu": frame["mu"], "sd": frame["sd"], "seed": int(seed)}
+    """The second stage's request: the public frame (means, scales) and the candidates' seed."""
+    return {"stage": 2, "mu": frame["mu"], "scale": frame["scale"], "seed": int(seed)}
 
 
 def candidates(shape: Shape, config: PrivateConfig, seed: int) -> list[np.ndarray]:
@@ -154,12 +163,12 @@ def candidates(shape: Shape, config: PrivateConfig, seed: int) -> list[np.ndarra
 
 
 def read_request(request: Any, shape: Shape) -> tuple[list[np.ndarray], list[np.ndarray], int]:
-    """The frame (means, s.d.s) and seed of a stage-2 request (WireError if malformed)."""
+    """The frame (means, scales) and seed of a stage-2 request (WireError if malformed)."""
     if not isinstance(request, dict) or request.get("stage") != 2:
         raise WireError("a second setup stage needs a request with stage 2")
-    mus, sds, seed = request.get("mu"), request.get("sd"), request.get("seed")
+    mus, sds, seed = request.get("mu"), request.get("scale"), request.get("seed")
     if not (isinstance(mus, list) and isinstance(sds, list) and isinstance(seed, int)):
-        raise WireError("the setup request needs lists 'mu', 'sd' and an int 'seed'")
+        raise WireError("the setup request needs lists 'mu', 'scale' and an int 'seed'")
     if len(mus) != shape.n_views or len(sds) != shape.n_views:
         raise WireError(f"the setup request must cover {shape.n_views} views")
     for d, mu, sd in zip(shape.dims, mus, sds, strict=True):
@@ -178,7 +187,7 @@ def standardized(
     sds: Sequence[np.ndarray],
     radii: Sequence[float],
 ) -> list[np.ndarray]:
-    """Each held view centred, scaled by the pooled s.d. and clipped to its radius."""
+    """Each held view centred, divided by the frame's scale and clipped to its radius."""
     return [
         clip_rows((X - mus[g]) / sds[g], radii[g]) for g, X in zip(view_ids, views, strict=True)
     ]
@@ -204,7 +213,7 @@ def cells_body(
         C = cand[g]
         dist += (u * u).sum(axis=1)[:, None] - 2.0 * u @ C.T + (C * C).sum(axis=1)[None, :]
     nearest = dist.argmin(axis=1) if n else np.zeros(0, dtype=np.int64)
-    sigma = config.sigma_cells(shape.dims) if config.dp else 0.0
+    s_sum, s_count = config.client_sigmas(shape.dims) if config.dp else (0.0, 0.0)
     cell_n = [np.zeros(k) for _ in shape.dims]
     cell_s = [np.zeros((k, d)) for d in shape.dims]
     for g, u in zip(view_ids, U, strict=True):
@@ -213,8 +222,8 @@ def cells_body(
     return {
         "mode": "setup",
         "stage": 2,
-        "cell_n": [_noise(a, sigma, rng) for a in cell_n],
-        "cell_s": [_noise(a, sigma, rng) for a in cell_s],
+        "cell_n": [_noise(a, s_count, rng) for a in cell_n],
+        "cell_s": [_noise(a, s_sum, rng) for a in cell_s],
     }
 
 
@@ -259,7 +268,7 @@ def seed_from_cells(
     if config.cells * c < c:
         return None
     counts = np.vstack([np.asarray(a, dtype=np.float64) for a in total["cell_n"]])
-    floor = 3.0 * config.noise * _full_sensitivity(shape, config) if config.dp else 0.5
+    floor = 3.0 * config.total_sigmas(shape.dims)[1] if config.dp else 0.5
     weight = counts.min(axis=0)
     keep = np.flatnonzero(weight > floor)
     if keep.size < c:  # too few cells above the noise: the c heaviest, all the same
@@ -283,15 +292,9 @@ def seed_from_cells(
     sizes = np.array([max(float(w[a == j].sum()), 1.0) for j in range(c)])
     centers, at = [], 0
     for g, d in enumerate(shape.dims):
-        centers.append(frame["mu"][g] + frame["sd"][g] * C[:, at : at + d])
+        centers.append(frame["mu"][g] + frame["scale"][g] * C[:, at : at + d])
         at += d
     return centers, sizes
-
-
-def _full_sensitivity(shape: Shape, config: PrivateConfig) -> float:
-    from fedstrata.privacy.sample_dp import cells_sensitivity
-
-    return cells_sensitivity(config.radii(shape.dims))
 
 
 def plain_setup(

@@ -5,14 +5,15 @@ changes it by a bounded amount, whatever the client's size:
 
 * the memberships come from the global model as in a plain round (the model is
   public: post-processing);
-* each held view is centred on the pooled mean, scaled by the pooled s.d. (the frame
+* each held view is centred on the pooled mean, divided by the frame's scale (the frame
   the private setup released) and clipped to radius r = radius·√d
   (:func:`~fedstrata.plugins.private_setup.standardized`);
 * the centre numerators are Σ_i μ_ik^m ũ_i and the denominators Σ_i μ_ik^m, one per
   cluster and view: since Σ_k (μ_ik^m)² ≤ 1, a sample adds at most r and 1 to them
   (:func:`~fedstrata.privacy.sample_dp.cells_sensitivity`).
 
-Gaussian noise of the run's multiplier times that sensitivity is added once in total
+Gaussian noise of the run's multiplier, split between the sums and the counts
+(:func:`~fedstrata.privacy.sample_dp.split_sigmas`), is added once in total
 (each client a 1/√t share under secure aggregation, all of it without). The centre
 step is then the membership-weighted mean, for every ``center_update``: the exact
 heat-kernel update's per-feature denominators would need √d times the noise. View
@@ -31,19 +32,19 @@ from fedstrata.algorithms.multiview import MultiViewModel, PreparedViews, State,
 from fedstrata.errors import WireError
 from fedstrata.plugins.messages import Shape
 from fedstrata.plugins.private_setup import standardized
-from fedstrata.privacy.sample_dp import PrivateConfig, cells_sensitivity
+from fedstrata.privacy.sample_dp import PrivateConfig
 
 __all__ = ["read_frame", "sample_partial", "state_from_sample_sums"]
 
 
 def read_frame(extras: dict[str, Any], shape: Shape) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The pooled per-view means and s.d.s a sample-level run's configuration carries."""
+    """The pooled per-view means and scales a sample-level run's configuration carries."""
     frame = extras.get("frame")
     if not isinstance(frame, dict):
         raise WireError("a sample-level DP run's configuration needs its 'frame'")
-    mus, sds = frame.get("mu"), frame.get("sd")
+    mus, sds = frame.get("mu"), frame.get("scale")
     if not (isinstance(mus, list) and isinstance(sds, list)) or len(mus) != shape.n_views:
-        raise WireError("the configuration's frame must hold 'mu' and 'sd' per view")
+        raise WireError("the configuration's frame must hold 'mu' and 'scale' per view")
     for d, mu, sd in zip(shape.dims, mus, sds, strict=False):
         if not (isinstance(mu, np.ndarray) and isinstance(sd, np.ndarray)):
             raise WireError("the frame's means and s.d.s must be arrays")
@@ -74,7 +75,7 @@ def sample_partial(
     mus, sds = frame
     radii = config.radii(shape.dims)
     clipped = standardized(views, pv.view_ids, mus, sds, radii)
-    sigma = config.sigma_cells(shape.dims)
+    s_sum, s_count = config.client_sigmas(shape.dims)
     c, H = shape.n_clusters, shape.n_views
     num = [np.zeros((c, d)) for d in shape.dims]
     den = [np.zeros((c, d)) for d in shape.dims]
@@ -82,8 +83,8 @@ def sample_partial(
         num[g] = Um.T @ u
         den[g] = np.repeat(Um.sum(axis=0)[:, None], shape.dims[g], axis=1)
     for g in range(H):  # every view, held or not: the noise must not tell which it holds
-        num[g] = num[g] + rng.normal(0.0, sigma, num[g].shape)
-        once = rng.normal(0.0, sigma, (c, 1))  # one draw per cluster, repeated per feature
+        num[g] = num[g] + rng.normal(0.0, s_sum, num[g].shape)
+        once = rng.normal(0.0, s_count, (c, 1))  # one draw per cluster, repeated per feature
         den[g] = den[g] + once
     return {
         "mode": "stats",
@@ -111,7 +112,7 @@ def state_from_sample_sums(
     previous value (post-processing: a ratio of two mostly-noise numbers would throw
     it anywhere).
     """
-    floor = 3.0 * config.noise * cells_sensitivity(config.radii(shape.dims))
+    floor = 3.0 * config.total_sigmas(shape.dims)[1]
     centers, held, cells = [], 0, 0
     for g, old in enumerate(previous.centers):
         den = np.asarray(total["den"][g])[:, :1]  # (c, 1): the repeats carry one draw
@@ -121,7 +122,7 @@ def state_from_sample_sums(
         radius = config.radii(shape.dims)[g]
         norms = np.linalg.norm(mean, axis=1, keepdims=True)
         mean = mean * np.minimum(1.0, radius / np.maximum(norms, 1e-300))  # inside the clip
-        new = frame["mu"][g] + frame["sd"][g] * mean
+        new = frame["mu"][g] + frame["scale"][g] * mean
         centers.append(np.where(ok, new, old))
         held += int((~ok).sum()) * old.shape[-1]
         cells += old.size

@@ -40,6 +40,7 @@ __all__ = [
     "moments_sensitivity",
     "noise_share",
     "release_sigma",
+    "split_sigmas",
 ]
 
 
@@ -81,12 +82,28 @@ def moments_sensitivity(dims: Sequence[int]) -> float:
 
 
 def cells_sensitivity(radii: Sequence[float]) -> float:
-    """L2 sensitivity of one sample's cell or cluster sums: radius ``r`` and 1 per view.
+    """L2 sensitivity of one sample's cell or cluster sums and counts, all views together.
 
     Its clipped view adds at most ``r`` (spread over clusters by weights summing to at
     most 1) to the sums, and its weights at most 1 to the counts.
     """
     return math.sqrt(sum(r * r + 1.0 for r in radii))
+
+
+def split_sigmas(z: float, radii: Sequence[float]) -> tuple[float, float]:
+    """Total noise std on the sums and on the counts: one Gaussian mechanism, two blocks.
+
+    The sums' block has L2 bound R = √Σ r², the counts' C = √H. Scaling the blocks by
+    √(1−ρ)/R and √ρ/C gives a vector of norm at most 1, noised with std z: that is
+    std z·R/√(1−ρ) on the sums and z·C/√ρ on the counts, the privacy of multiplier z
+    for any split ρ. ρ = C/(R+C) keeps the counts, whose noise decides which centres
+    move at all, from carrying noise sized for the sums (3x less on multiple-features
+    than one std for both).
+    """
+    big_r = math.sqrt(sum(r * r for r in radii))
+    big_c = math.sqrt(len(radii))
+    rho = big_c / (big_r + big_c)
+    return z * big_r / math.sqrt(1.0 - rho), z * big_c / math.sqrt(rho)
 
 
 def release_sigma(z: float, sensitivity: float) -> float:
@@ -162,6 +179,11 @@ class PrivateConfig:
         """The std one client adds to its moments release."""
         return noise_share(self.noise * moments_sensitivity(dims), self.shares)
 
-    def sigma_cells(self, dims: Sequence[int]) -> float:
-        """The std one client adds to a cells or cluster-sums release."""
-        return noise_share(self.noise * cells_sensitivity(self.radii(dims)), self.shares)
+    def total_sigmas(self, dims: Sequence[int]) -> tuple[float, float]:
+        """The total noise std of a cells or rounds release: on the sums, on the counts."""
+        return split_sigmas(self.noise, self.radii(dims))
+
+    def client_sigmas(self, dims: Sequence[int]) -> tuple[float, float]:
+        """The std one client adds to the sums and to the counts of such a release."""
+        s, c = self.total_sigmas(dims)
+        return noise_share(s, self.shares), noise_share(c, self.shares)

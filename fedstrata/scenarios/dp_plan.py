@@ -25,13 +25,13 @@ __all__ = ["check_dp", "count_noise"]
 
 def count_noise(sc: Scenario, dims: list[int]) -> float:
     """The std of the total noise on one cluster's summed sample count, per release."""
-    from fedstrata.privacy.sample_dp import cells_sensitivity
+    from fedstrata.privacy.sample_dp import split_sigmas
     from fedstrata.scenarios.build import dp_noise_multiplier
 
     dp = sc.privacy.dp
     assert dp is not None
     radii = [dp.radius * d**0.5 for d in dims]
-    return dp_noise_multiplier(sc) * cells_sensitivity(radii)
+    return split_sigmas(dp_noise_multiplier(sc), radii)[1]
 
 
 def _check_bounds(sc: Scenario, dims: list[int]) -> list[ScenarioError]:

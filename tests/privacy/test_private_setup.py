@@ -140,14 +140,14 @@ def test_the_moments_and_cells_are_the_sums_they_claim():
         U = (np.clip(X, lo, hi) - (lo + hi) / 2) / ((hi - lo) / 2)  # written out here
         assert np.allclose(body["s1"][g], U.sum(0)) and np.allclose(body["s2"][g], (U * U).sum(0))
         assert body["cnt"][g] == 40
-    frame = {"mu": [v.mean(0) for v in views], "sd": [v.std(0) for v in views]}
+    frame = {"mu": [v.mean(0) for v in views], "scale": [v.std(0) for v in views]}
     request = ps.setup_request(frame, seed=5)
     cells = ps.cells_body(views, [0, 1], shape, config, request, None)
     cand = ps.candidates(shape, config, 5)
     radii = config.radii(shape.dims)
     Z = [
         clip_rows((v - m) / s, r)
-        for v, m, s, r in zip(views, frame["mu"], frame["sd"], radii, strict=True)
+        for v, m, s, r in zip(views, frame["mu"], frame["scale"], radii, strict=True)
     ]
     d = sum(((z[:, None, :] - c[None]) ** 2).sum(-1) for z, c in zip(Z, cand, strict=True))
     nearest = d.argmin(1)
@@ -175,13 +175,13 @@ def test_seeding_on_the_summed_cells_finds_well_separated_clusters():
 
 def test_a_malformed_request_is_refused_not_computed_on():
     shape = Shape(2, (2,))
-    good = {"stage": 2, "mu": [np.zeros(2)], "sd": [np.ones(2)], "seed": 1}
+    good = {"stage": 2, "mu": [np.zeros(2)], "scale": [np.ones(2)], "seed": 1}
     ps.read_request(good, shape)
     for bad in (
         {**good, "stage": 1},
         {**good, "mu": [np.zeros(3)]},
-        {**good, "sd": [np.zeros(2)]},
-        {**good, "sd": [np.full(2, np.nan)]},
+        {**good, "scale": [np.zeros(2)]},
+        {**good, "scale": [np.full(2, np.nan)]},
         {**good, "seed": "x"},
         [1, 2],
     ):

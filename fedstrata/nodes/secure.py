@@ -30,8 +30,9 @@ differs (a lower threshold, say). The fixed-point range is the widest whose sum 
 the roster cannot wrap modulo 2**64 (:func:`headroom_clip`); a member whose partial
 exceeds it does not take part in the round and records why (never a wrapped sum).
 
-Not masked: the setup round (initial candidates, kernel references) and the models
-the root broadcasts. Those are documented limits, not oversights.
+A plug-in whose setup replies are sums (:meth:`~fedstrata.nodes.algorithm.Algorithm.
+setup_layout`, the private setup) has its setup stages masked the same way. Not
+masked: the models the root broadcasts, public to every member by design.
 """
 
 from __future__ import annotations

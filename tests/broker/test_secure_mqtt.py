@@ -83,7 +83,8 @@ def test_a_secure_mqtt_run_gives_the_simulated_labels(mosquitto, tmp_path, mode)
     assert mqtt["rounds"] == sim["rounds"] == 6
     for key in ("protocol", "sessions_unmasked", "rounds_unmasked", "overhead_bytes", "per_tier"):
         assert mqtt["privacy"][key] == sim["privacy"][key], key
-    assert sim["privacy"]["sessions_unmasked"] == 6 * 4  # root and three fogs, every round
+    # root and three fogs, every round and both stages of the private setup
+    assert sim["privacy"]["sessions_unmasked"] == (6 + 2) * 4
     assert sim["privacy"]["sessions_failed"] == 0
 
 

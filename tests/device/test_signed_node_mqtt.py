@@ -45,7 +45,7 @@ def test_a_signed_secure_device_deployment_computes_the_simulators_model(mosquit
         assert code == 0, (nid, out, err)
         assert "Traceback" not in out + err, (nid, err)
     fed, summary, _ = simulate(parse_scenario(text))
-    assert summary["privacy"]["sessions_unmasked"] == summary["rounds"]
+    assert summary["privacy"]["sessions_unmasked"] == summary["rounds"] + 2  # + private setup
     root = node_json(tmp_path, "cloud")
     assert (root["run_status"], root["rounds"]) == (summary["status"], summary["rounds"])
     model = np.load(tmp_path / "records" / "cloud" / "model.npz")

@@ -21,6 +21,15 @@ dropouts now happen there as in the simulator, and ``example-edge-fog-cloud`` an
 example's rounds went from 2 s to 3 s (under the TCP model, the default since, its
 2 s rounds stalled; see the scenario's header).
 
+The records of the secure and DP cases (``example-privacy-50-clients``,
+``variant-secagg``, ``variant-secagg-plus-signed`` in the simulator and over MQTT,
+``variant-dp``) were re-captured once, on purpose, when the setup round became private
+and the secure sessions gained their consistency check (issue 31): a private run's
+setup is two stages of securely summed (or noisy) sums instead of the clients'
+candidates and extremes, each session carries signed survivor sets, and DP accounts
+the setup's releases in the run's one budget. ``variant-dp`` declares ``unit: client``
+and public bounds since then; ``variant-dp-sample`` was added, sample-level DP.
+
 Simulated runs compare all three byte for byte. Runs over a real Mosquitto compare
 ``labels.csv``, ``payload_bytes``, the status and the rounds run; their ``rounds.csv``
 depends on arrival order (wall-clock times, the order partials are summed in, which

@@ -44,7 +44,8 @@ loads the package's unchanged ``models/k_means.py`` without the package's
     python benchmarks/dp_sample.py --seeds 3
     python benchmarks/dp_sample.py --smoke          # 2 seeds, synthetic 10 clients, ε = 1
 
-``--smoke`` uses 500 samples per cluster and finishes in well under a minute.
+``--smoke`` uses 1,000 samples per cluster (at 500, ε = 1 gives ARI 0.89: 200 samples a
+client carry the same noise) and finishes in a few seconds.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ EPSILONS: tuple[float | None, ...] = (None, 1.0, 3.0, 10.0)
 DELTA = 1e-5
 ROUNDS = 3
 N_PER_CLUSTER = 2500  # the paper's n = 10,000
-SMOKE_N_PER_CLUSTER = 500
+SMOKE_N_PER_CLUSTER = 1000
 SMOKE_SEEDS = 2
 DEFAULT_SEEDS = 10
 DIFFPRIVLIB = "diffprivlib==0.6.6"

@@ -420,10 +420,10 @@ def main(argv: list[str] | None = None) -> int:
                 probe = {"epsilon": eps, "delta": args.delta, **CLIENT, "clip": 1.0}
                 variant(base, file, over, probe, path.parent)
         seeds = [base.seed + i for i in range(args.seeds)]
-        bounds: list[list[float]] = []
+        public: list[list[float]] = []  # the private setup's public feature bounds
         for s in seeds:
             views = preflight(plain, seed=s).dataset.views
-            bounds = [[float(V.min()), float(V.max())] for V in views]
+            public = [[float(V.min()), float(V.max())] for V in views]
     except ScenarioError as exc:
         return scenario_error(exc, args.secure)
 
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         # the client-level mechanism this study is about; the private setup's public
         # bounds: each view's range over the data (the usual convention of DP
         # benchmarks; a real deployment declares them without looking)
-        return {"epsilon": eps, "delta": args.delta, **CLIENT, "clip": clip, "bounds": bounds}
+        return {"epsilon": eps, "delta": args.delta, **CLIENT, "clip": clip, "bounds": public}
 
     with contextlib.ExitStack() as stack:
         if args.runs_dir is None:

@@ -1,7 +1,7 @@
 """CPU cost of the secure-aggregation core: SecAgg against SecAgg+, one process, no network.
 
 For each group size n and each mode, the script builds one ``SecAggServer`` and n
-``SecAggClient`` objects and runs the four rounds in memory. A fraction of the clients
+``SecAggClient`` objects and runs the five rounds in memory. A fraction of the clients
 (``--dropout``, default 10 %) goes silent from one round on. With ``--stage masked``,
 the default, they drop before sending their masked input: the server must then rebuild
 their mask keys and strip their pairwise masks, the costly case. With ``--stage reveal``
@@ -10,9 +10,9 @@ that the result equals the plaintext sum.
 
 Per mode and n, it prints:
 
-* client CPU per client, mean and max, summed over the four rounds, plus the mean per
-  round (keys / shares / masked / reveal);
-* server CPU, split into receive (parsing and checks), advance (rounds 0-2) and finish
+* client CPU per client, mean and max, summed over the five rounds, plus the mean per
+  round (keys / shares / masked / signed / reveal);
+* server CPU, split into receive (parsing and checks), advance (rounds 0-3) and finish
   (rebuilding secrets, unmasking, decoding);
 * mean bytes per client, up and down, as ``fedstrata.wire`` envelopes (counted outside
   the timings);
@@ -41,7 +41,10 @@ import numpy as np
 from fedstrata import wire
 from fedstrata.privacy.secagg import SecAggClient, SecAggConfig, SecAggServer
 
-ROUND_NAMES = ("keys", "shares", "masked", "reveal")
+#: The replies each client round collects: the consistency check (signed survivor sets,
+#: Bonawitz et al.'s round 3) sits between the masked inputs and the unmasking.
+ROUND_NAMES = ("keys", "shares", "masked", "signed", "reveal")
+ROUNDS = len(ROUND_NAMES)
 
 
 def wire_size(sender: str, body: dict[str, Any]) -> int:
@@ -64,7 +67,7 @@ def run(n: int, mode: str, length: int, dropout: float, stage: int, seed: int) -
 
     wall = time.perf_counter()
     client_cpu: dict[str, float] = defaultdict(float)
-    round_cpu = [0.0] * 4
+    round_cpu = [0.0] * ROUNDS
     server_cpu = {"receive": 0.0, "advance": 0.0, "finish": 0.0}
     up: dict[str, int] = defaultdict(int)
     down: dict[str, int] = defaultdict(int)
@@ -81,7 +84,7 @@ def run(n: int, mode: str, length: int, dropout: float, stage: int, seed: int) -
         client_cpu[c] += time.process_time() - t0
 
     result = None
-    for r in range(4):
+    for r in range(ROUNDS):
         for c, message in messages.items():
             down[c] += wire_size("server", message)
             if r >= stage and c in silent:
@@ -96,7 +99,7 @@ def run(n: int, mode: str, length: int, dropout: float, stage: int, seed: int) -
             server.receive(c, reply)
             server_cpu["receive"] += time.process_time() - t0
         t0 = time.process_time()
-        if r < 3:
+        if r < ROUNDS - 1:
             messages = server.advance()
             server_cpu["advance"] += time.process_time() - t0
         else:
@@ -109,7 +112,7 @@ def run(n: int, mode: str, length: int, dropout: float, stage: int, seed: int) -
     error = float(np.abs(result.values - expected).max())
     assert error <= len(result.survivors) * 2.0**-24, error
     per_client = np.array([client_cpu[c] for c in roster])
-    active = [sum(1 for c in roster if not (r >= stage and c in silent)) for r in range(4)]
+    active = [sum(1 for c in roster if not (r >= stage and c in silent)) for r in range(ROUNDS)]
     return {
         "n": n,
         "mode": mode,
@@ -119,7 +122,7 @@ def run(n: int, mode: str, length: int, dropout: float, stage: int, seed: int) -
         "dropped": len(result.dropped),
         "client_mean_ms": 1e3 * per_client.mean(),
         "client_max_ms": 1e3 * per_client.max(),
-        "round_mean_ms": [1e3 * round_cpu[r] / active[r] for r in range(4)],
+        "round_mean_ms": [1e3 * round_cpu[r] / active[r] for r in range(ROUNDS)],
         "server_s": server_cpu,
         "up_kB": np.mean([up[c] for c in roster]) / 1e3,
         "down_kB": np.mean([down[c] for c in roster]) / 1e3,
@@ -137,14 +140,14 @@ def main() -> None:
     parser.add_argument("--modes", default="secagg,secagg+")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    stage = {"masked": 2, "reveal": 3}[args.stage]
+    stage = {"masked": 2, "reveal": 4}[args.stage]
     print(
         f"vector length {args.length}, {args.dropout:.0%} dropouts before the "
         f"{'masked input' if stage == 2 else 'unmasking'} round"
     )
     header = (
         f"{'mode':8} {'n':>5} {'k':>4} {'t':>4} | {'client ms mean':>14} {'max':>7} | "
-        f"{'keys':>6} {'shares':>7} {'masked':>7} {'reveal':>7} | "
+        f"{'keys':>6} {'shares':>7} {'masked':>7} {'signed':>7} {'reveal':>7} | "
         f"{'server s recv':>13} {'adv':>6} {'finish':>7} {'total':>7} | "
         f"{'up kB':>7} {'down kB':>8} | {'wall s':>7}"
     )
@@ -155,7 +158,7 @@ def main() -> None:
             r = run(n, mode, args.length, args.dropout, stage, args.seed)
             s = r["server_s"]
             rounds = " ".join(
-                f"{v:{w}.1f}" for v, w in zip(r["round_mean_ms"], (6, 7, 7, 7), strict=True)
+                f"{v:{w}.1f}" for v, w in zip(r["round_mean_ms"], (6, 7, 7, 7, 7), strict=True)
             )
             print(
                 f"{mode:8} {n:5d} {r['degree']:4d} {r['threshold']:4d} | "

@@ -312,9 +312,55 @@ def dp_budgets(sc: Scenario) -> tuple[float, ...]:
         return ()
     from fedstrata.privacy.dp import adaptive_budget
 
-    normalise = "accountant" if dp.schedule == "eq93-normalised" else False
-    eps = adaptive_budget(dp.epsilon, sc.protocol.rounds, normalise=normalise, delta=dp.delta)
+    eps = adaptive_budget(dp.epsilon, sc.protocol.rounds)
+    if dp.schedule == "eq93-normalised":  # the whole run, setup included, spends ε
+        eps = eps * whole_run_scale(sc, eps)
     return tuple(float(e) for e in eps)
+
+
+def planned_epsilon(sc: Scenario, budgets: Sequence[float] | None = None) -> float:
+    """The ε a DP run spends when it makes the releases it plans (:func:`dp_releases`).
+
+    The private setup's two releases at the run's constant multiplier, then the
+    rounds: at that multiplier, or by Eq. 89 at each ε_t of a schedule (``budgets``,
+    by default :func:`dp_budgets`), composed by one RDP accountant.
+    """
+    from fedstrata.privacy.dp import Accountant, noise_multipliers
+
+    dp = sc.privacy.dp
+    assert dp is not None
+    budgets = dp_budgets(sc) if budgets is None else budgets
+    acc = Accountant(dp.delta)
+    z = dp_noise_multiplier(sc)
+    acc.spend(z, count=SETUP_RELEASES)
+    if budgets:
+        for zt in noise_multipliers(list(budgets), dp.delta):
+            acc.spend(float(zt))
+    else:
+        acc.spend(z, count=sc.protocol.rounds)
+    return acc.epsilon()
+
+
+def whole_run_scale(sc: Scenario, budgets: np.ndarray) -> float:
+    """The factor on an Eq. 93 schedule that makes the whole run spend exactly its ε.
+
+    ``eq93-normalised`` means the run's ε, and the private setup's two releases come
+    out of it: bisection on the factor (a larger factor, less noise, more ε).
+    """
+    dp = sc.privacy.dp
+    assert dp is not None
+    lo, hi = 1e-6, 1.0
+    while planned_epsilon(sc, list(budgets * hi)) < dp.epsilon:
+        lo, hi = hi, hi * 2.0
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        if planned_epsilon(sc, list(budgets * mid)) > dp.epsilon:
+            hi = mid
+        else:
+            lo = mid
+        if hi / lo < 1.0 + 1e-9:
+            break
+    return lo
 
 
 def dp_noise_schedule(sc: Scenario) -> tuple[float, ...]:

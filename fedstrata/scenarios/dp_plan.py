@@ -4,6 +4,8 @@ The schema checks ``privacy.dp``'s fields alone; what needs the data is checked 
 (:func:`check_dp`, called by :func:`fedstrata.scenarios.preflight.preflight`):
 
 * ``bounds`` has one entry per view, and a per-feature entry one bound per feature;
+* the releases a schedule plans (client unit, ``eq93``) compose within ε once the
+  private setup's two releases are added;
 * the run's releases fit its budget: the noise that ε forces on every release
   (:func:`fedstrata.scenarios.build.dp_noise_multiplier`, all releases composed) must
   leave a cluster's noisy sample count meaningful. Its standard deviation is the
@@ -25,12 +27,12 @@ __all__ = ["check_dp", "count_noise"]
 
 def count_noise(sc: Scenario, dims: list[int]) -> float:
     """The std of the total noise on one cluster's summed sample count, per release."""
-    from fedstrata.privacy.sample_dp import split_sigmas
+    from fedstrata.privacy.sample_dp import PrivateConfig, split_sigmas
     from fedstrata.scenarios.build import dp_noise_multiplier
 
     dp = sc.privacy.dp
     assert dp is not None
-    radii = [dp.radius * d**0.5 for d in dims]
+    radii = PrivateConfig(radius=dp.radius).radii(dims)
     return split_sigmas(dp_noise_multiplier(sc), radii)[1]
 
 
@@ -65,8 +67,18 @@ def check_dp(sc: Scenario, data: PreparedData) -> list[ScenarioError]:
     errors = _check_bounds(sc, dims)
     if errors:
         return errors
-    from fedstrata.scenarios.build import dp_releases
+    from fedstrata.scenarios.build import dp_releases, planned_epsilon
 
+    planned = planned_epsilon(sc)
+    if planned > dp.epsilon * (1.0 + 1e-6):
+        errors.append(
+            ScenarioError(
+                f"the run's releases would spend ε = {planned:.4g}, above its budget "
+                f"{dp.epsilon:g}: the schedule '{dp.schedule}' takes the rounds' share and the "
+                "private setup's two releases come on top; use eq93-normalised or constant",
+                path="privacy.dp.schedule",
+            )
+        )
     n, c = data.dataset.n_samples, sc.algorithm.n_clusters
     sigma, per_cluster = count_noise(sc, dims), n / c
     if sigma >= per_cluster:

@@ -82,8 +82,9 @@ class DPSpec(_Strict):
     ``eq93``, the adaptive budget of the FedHK-MVFC paper (Eq. 93),
     ε_t = ε/√T · 1/√(t+1), each round noised by the paper's Eq. 89 with its ε_t (no
     composition theorem backs it: the summary reports what the accountant says was
-    spent, which can differ from ``epsilon`` either way); ``eq93-normalised``: the
-    same shape, rescaled so that the accountant's total is ``epsilon``.
+    spent, and a schedule that the setup's two releases would push past ``epsilon``
+    is refused by ``validate``); ``eq93-normalised``: the same shape, rescaled so that
+    the accountant's total for the whole run, setup included, is ``epsilon``.
 
     With secure aggregation on, the noise is distributed: each client adds a share
     (variance σ²/t, t the smallest unmasking threshold of the client groups), so

@@ -115,19 +115,25 @@ def test_the_adaptive_budget_noises_each_round_by_eq89_and_reports_the_composed_
     p = summary["privacy"]
     # Eq. 93 by hand: eps_t = 4/sqrt(6)/sqrt(t+1); Eq. 89: z_t = sqrt(2 ln(1.25/delta))/eps_t
     eps = 4.0 / np.sqrt(6.0) / np.sqrt(np.arange(1, 7))
-    if schedule == "eq93-normalised":
-        eps = adaptive_budget(4.0, 6, normalise="accountant", delta=1e-5)
     z = np.sqrt(2 * np.log(1.25 / 1e-5)) / eps
     assert gaussian_sigma(1.0, 1e-5) == pytest.approx(z[0] * eps[0])
-    assert p["noise_multiplier"] == pytest.approx([z[0], z[-1]], rel=1e-8)
+    if schedule == "eq93":
+        assert p["noise_multiplier"] == pytest.approx([z[0], z[-1]], rel=1e-8)
+    else:  # the same shape, scaled so that the whole run (setup included) spends 4
+        first, last = p["noise_multiplier"]
+        assert last / first == pytest.approx(z[-1] / z[0], rel=1e-8)
+        scale = z[0] / first
+        assert scale < adaptive_budget(4.0, 6, normalise="accountant", delta=1e-5)[0] / eps[0]
+        z = z / scale
     rounds = Accountant(1e-5)
     for zt in z:
         rounds.spend(float(zt))
     assert p["phases"]["rounds"]["epsilon"] == pytest.approx(rounds.epsilon(), rel=1e-6)
-    if schedule == "eq93-normalised":
-        assert p["phases"]["rounds"]["epsilon"] == pytest.approx(4.0, rel=1e-5)
+    if schedule == "eq93-normalised":  # the run's ε, setup and rounds together
+        assert p["epsilon_spent"] == pytest.approx(4.0, rel=1e-6)
     else:  # the literal schedule spends less than its target under RDP (see the docs)
         assert p["phases"]["rounds"]["epsilon"] < 4.0
+        assert p["epsilon_spent"] <= 4.0  # validate refuses a literal schedule that would not
     # the whole run adds the private setup's two releases at the run's constant noise
     assert p["phases"]["setup"]["releases"] == 2
     assert p["epsilon_spent"] > p["phases"]["rounds"]["epsilon"]
@@ -172,3 +178,20 @@ def test_per_block_clipping_bounds_each_block_and_scales_the_noise():
     learner = algo.learner([rng.normal(size=(20, 3))], view_ids=[0], rng=rng, node_id="c")
     draws = np.array([learner._private(dict(partial))["den"][0] - 0.1 for _ in range(400)])
     assert draws.std() == pytest.approx(0.5 * 2 * 1.0, rel=0.08)
+
+
+def test_validate_refuses_a_literal_schedule_the_setup_pushes_past_its_budget(tmp_path):
+    """Eq. 93 as printed takes the rounds' share; with one round it spends ε on it alone."""
+    import subprocess
+
+    text = SCENARIO.replace("EPS", "4").replace("RULE", "sum").replace("ITERS", "1")
+    text = _with(text, "rounds: 6", "rounds: 1")
+    text = _with(text, "clip: 50,", "clip: 50, schedule: eq93,")
+    path = tmp_path / "eq93.yaml"
+    path.write_text(text)
+    res = subprocess.run(["fedstrata", "validate", str(path)], capture_output=True, text=True)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "privacy.dp.schedule" in res.stderr and "above its budget 4" in res.stderr
+    path.write_text(text.replace("eq93,", "eq93-normalised,"))
+    ok = subprocess.run(["fedstrata", "validate", str(path)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr

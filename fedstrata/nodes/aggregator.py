@@ -518,8 +518,8 @@ class AggregatorNode:
             need = self.need
         if self._secure is None:
             return self._closed(Closing(None, 0, need, {"secure_failure": "no secure session"}))
-        checker = _SetupCheck(self.algorithm) if self.phase == "setup" else self.algorithm
-        out = self._secure.step(checker, need)  # type: ignore[arg-type]
+        a = self.algorithm
+        out = self._secure.step(a.check_setup if self.phase == "setup" else a.check_partial, need)
         if isinstance(out, Closing):
             return self._closed(out)
         effects: list[Effect] = [self._publish_member(m, message) for m, message in out.items()]
@@ -805,8 +805,7 @@ class AggregatorNode:
         layout = self.algorithm.setup_layout(env.body.get("request")) if setup else self._layout
         if layout is None:
             return []
-        self._parent_session.layout = layout
-        return self._up_secagg(self._parent_session.join(self.protocol, env))
+        return self._up_secagg(self._parent_session.join(self.protocol, env, layout))
 
     def _on_parent_secagg(self, env: wire.Envelope) -> list[Effect]:
         """A per-member message of the parent's session."""
@@ -918,14 +917,3 @@ class AggregatorNode:
         partial = self.algorithm.subtree_partial(self.global_state, total)
         self.sub = 0
         return self._forward(partial)
-
-
-class _SetupCheck:
-    """An algorithm seen by a secure session's close: a setup stage's sum is a setup reply."""
-
-    def __init__(self, algorithm: Algorithm) -> None:
-        self._algorithm = algorithm
-
-    def check_partial(self, body: dict[str, Any]) -> None:
-        """Validate an unmasked setup sum like any setup reply."""
-        self._algorithm.check_setup(body)

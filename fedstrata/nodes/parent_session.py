@@ -36,8 +36,14 @@ class ParentMembership:
         #: The sessions it joined: one per round and sub (:class:`SessionLedger`).
         self.ledger = SessionLedger()
 
-    def join(self, protocol: ProtocolConfig, env: wire.Envelope) -> Reply:
-        """Answer the setup the parent's model ``env`` carries: the keys to send up."""
+    def join(
+        self, protocol: ProtocolConfig, env: wire.Envelope, layout: Layout | None = None
+    ) -> Reply:
+        """Answer the setup the parent's model ``env`` carries: the keys to send up.
+
+        ``layout``: what this session sums (a setup stage's); None: :attr:`layout`,
+        the plug-in's partial.
+        """
         self.member = None
         fields = {"node": self.node_id, "round": env.round}
         setup = env.body.get("secagg")
@@ -54,7 +60,8 @@ class ParentMembership:
         if screened is not None:  # a reopened round: never mask one input twice
             return None, [screened]
         try:
-            member = SecureMember(self.node_id, protocol, self.layout, setup)
+            own = self.layout if layout is None else layout
+            member = SecureMember(self.node_id, protocol, own, setup)
             reply = member.keys()
         except REFUSALS as exc:
             return None, [Record(kind="secure_refused", fields={**fields, "reason": str(exc)})]

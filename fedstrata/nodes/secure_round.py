@@ -12,11 +12,10 @@ deadline. The aggregator publishes what it says and records the outcome.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fedstrata.nodes.algorithm import Algorithm
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.nodes.secure import REFUSALS, SecureCollection
 from fedstrata.nodes.strategy import Closing
@@ -107,10 +106,13 @@ class SecureRound:
             return Receipt()
         return Receipt(taken=True, key=phase is ServerPhase.KEYS, complete=session.complete)
 
-    def step(self, algorithm: Algorithm, need: int) -> Closing | dict[str, dict[str, Any]]:
+    def step(
+        self, check: Callable[[dict[str, Any]], None], need: int
+    ) -> Closing | dict[str, dict[str, Any]]:
         """Close the current phase: the next phase's messages by member, or the round's close.
 
-        ``need``: fresh replies the round needs to count.
+        ``check`` validates the unmasked sum (the plug-in's ``check_partial``, or
+        ``check_setup`` for a setup stage); ``need``: fresh replies the round needs.
         """
         session = self.session
         if session is None:
@@ -123,7 +125,7 @@ class SecureRound:
         if session.phase is ServerPhase.DONE:
             total = out
             try:
-                algorithm.check_partial(total)
+                check(total)
             except REFUSALS as exc:
                 return Closing(None, 0, need, self.fields(str(exc)))
             fresh = len(session.result.survivors)

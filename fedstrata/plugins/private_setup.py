@@ -8,11 +8,11 @@ sample-level DP can noise (:mod:`fedstrata.privacy.sample_dp`):
 
 1. **moments**: per view, the count, Σu and Σu² of the samples, u in the box units of
    the declared public bounds (raw values without bounds, secure aggregation only);
-2. **cells**: the root announces the pooled per-view mean and standard deviation
-   (from stage 1, already public) and a seed; every client derives the same
-   ``cells · c`` public candidate directions from it, assigns each sample (its views
-   standardized, centred and clipped to radius r) to the nearest candidate, and sends
-   each cell's count and sum.
+2. **cells**: the root announces the pooled per-view mean and scale (from stage 1,
+   already public: the bounds' half-width, or the s.d. without bounds) and a seed;
+   every client derives the same ``cells · c`` public candidate directions from it,
+   assigns each sample (its views centred, scaled and clipped to radius r) to the
+   nearest candidate, and sends each cell's count and sum.
 
 The root then runs weighted k-means++ (best of :data:`RESTARTS` starts, then Lloyd
 steps) on the cell means: post-processing of released sums, which costs no privacy.
@@ -42,6 +42,7 @@ __all__ = [
     "cells_body",
     "frame_of",
     "moments_body",
+    "read_frame_arrays",
     "seed_from_cells",
     "setup_layout",
     "setup_request",
@@ -80,6 +81,13 @@ def sum_setup_bodies(bodies: Sequence[dict[str, Any]], layout: Layout) -> dict[s
     """The elementwise sum of stage replies (what secure aggregation would unmask)."""
     total = np.sum([flatten(b, layout, skip=("sub",)) for b in bodies], axis=0)
     return unflatten(total, layout)
+
+
+def _view_bounds(config: PrivateConfig, g: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """View ``g``'s public (lo, hi), one bound per feature (a scalar bound broadcast)."""
+    assert config.bounds is not None
+    lo, hi = (np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)) for b in config.bounds[g])
+    return lo.copy(), hi.copy()
 
 
 def _noise(arr: Any, sigma: float, rng: np.random.Generator | None) -> Any:
@@ -129,9 +137,7 @@ def frame_of(total: dict[str, Any], shape: Shape, config: PrivateConfig) -> dict
             mu, sd = mean, np.sqrt(var)
             scale = sd
         else:
-            lo, hi = (
-                np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)) for b in config.bounds[g]
-            )
+            lo, hi = _view_bounds(config, g, d)
             half = (hi - lo) / 2.0
             mu = lo + half + half * np.clip(mean, -1.0, 1.0)
             sd = np.where(half > 0, half * np.sqrt(var), 1.0)
@@ -166,18 +172,33 @@ def read_request(request: Any, shape: Shape) -> tuple[list[np.ndarray], list[np.
     """The frame (means, scales) and seed of a stage-2 request (WireError if malformed)."""
     if not isinstance(request, dict) or request.get("stage") != 2:
         raise WireError("a second setup stage needs a request with stage 2")
-    mus, sds, seed = request.get("mu"), request.get("scale"), request.get("seed")
-    if not (isinstance(mus, list) and isinstance(sds, list) and isinstance(seed, int)):
-        raise WireError("the setup request needs lists 'mu', 'scale' and an int 'seed'")
-    if len(mus) != shape.n_views or len(sds) != shape.n_views:
-        raise WireError(f"the setup request must cover {shape.n_views} views")
-    for d, mu, sd in zip(shape.dims, mus, sds, strict=True):
+    seed = request.get("seed")
+    if not isinstance(seed, int):
+        raise WireError("the setup request needs an int 'seed'")
+    mus, scales = read_frame_arrays(request, shape, "the setup request")
+    return mus, scales, seed
+
+
+def read_frame_arrays(
+    frame: dict[str, Any], shape: Shape, what: str
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """A frame's per-view means and scales (``mu``, ``scale``), checked (WireError).
+
+    Shared by the stage-2 request and a sample-level run's configuration, which carry
+    the same frame.
+    """
+    mus, scales = frame.get("mu"), frame.get("scale")
+    if not (isinstance(mus, list) and isinstance(scales, list)):
+        raise WireError(f"{what} needs lists 'mu' and 'scale'")
+    if len(mus) != shape.n_views or len(scales) != shape.n_views:
+        raise WireError(f"{what} must cover {shape.n_views} views")
+    for d, mu, sd in zip(shape.dims, mus, scales, strict=True):
         ok = isinstance(mu, np.ndarray) and isinstance(sd, np.ndarray)
         if not ok or mu.shape != (d,) or sd.shape != (d,) or not (sd > 0).all():
-            raise WireError("the setup request's frame does not match the views")
+            raise WireError(f"{what}'s frame does not match the views")
         if not (np.isfinite(mu).all() and np.isfinite(sd).all()):
-            raise WireError("the setup request's frame is not finite")
-    return list(mus), list(sds), seed
+            raise WireError(f"{what}'s frame is not finite")
+    return list(mus), list(scales)
 
 
 def standardized(
@@ -310,10 +331,7 @@ def plain_setup(
         if config.bounds is None:
             lo, hi = mu - _SPREAD * sd, mu + _SPREAD * sd
         else:
-            lo, hi = (
-                np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)).copy()
-                for b in config.bounds[g]
-            )
+            lo, hi = _view_bounds(config, g, d)
         refs.append(KernelReference(lo, hi, mu * n, n, sd * sd * n))
     body: dict[str, Any] = {"mode": "setup", **references_body(refs)}
     if seeded is not None:

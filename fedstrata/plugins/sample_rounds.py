@@ -31,8 +31,8 @@ import numpy as np
 from fedstrata.algorithms.multiview import MultiViewModel, PreparedViews, State, local_statistics
 from fedstrata.errors import WireError
 from fedstrata.plugins.messages import Shape
-from fedstrata.plugins.private_setup import standardized
-from fedstrata.privacy.sample_dp import PrivateConfig
+from fedstrata.plugins.private_setup import read_frame_arrays, standardized
+from fedstrata.privacy.sample_dp import PrivateConfig, clip_rows
 
 __all__ = ["read_frame", "sample_partial", "state_from_sample_sums"]
 
@@ -42,15 +42,7 @@ def read_frame(extras: dict[str, Any], shape: Shape) -> tuple[list[np.ndarray], 
     frame = extras.get("frame")
     if not isinstance(frame, dict):
         raise WireError("a sample-level DP run's configuration needs its 'frame'")
-    mus, sds = frame.get("mu"), frame.get("scale")
-    if not (isinstance(mus, list) and isinstance(sds, list)) or len(mus) != shape.n_views:
-        raise WireError("the configuration's frame must hold 'mu' and 'scale' per view")
-    for d, mu, sd in zip(shape.dims, mus, sds, strict=False):
-        if not (isinstance(mu, np.ndarray) and isinstance(sd, np.ndarray)):
-            raise WireError("the frame's means and s.d.s must be arrays")
-        if mu.shape != (d,) or sd.shape != (d,) or not (sd > 0).all():
-            raise WireError("the frame does not match the views")
-    return list(mus), list(sds)
+    return read_frame_arrays(frame, shape, "the configuration")
 
 
 def sample_partial(
@@ -113,15 +105,14 @@ def state_from_sample_sums(
     it anywhere).
     """
     floor = 3.0 * config.total_sigmas(shape.dims)[1]
+    radii = config.radii(shape.dims)
     centers, held, cells = [], 0, 0
     for g, old in enumerate(previous.centers):
         den = np.asarray(total["den"][g])[:, :1]  # (c, 1): the repeats carry one draw
         ok = den > max(floor, 1e-12)
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = total["num"][g] / np.where(ok, den, 1.0)
-        radius = config.radii(shape.dims)[g]
-        norms = np.linalg.norm(mean, axis=1, keepdims=True)
-        mean = mean * np.minimum(1.0, radius / np.maximum(norms, 1e-300))  # inside the clip
+        mean = clip_rows(mean, radii[g])  # inside the clip, as every sample was
         new = frame["mu"][g] + frame["scale"][g] * mean
         centers.append(np.where(ok, new, old))
         held += int((~ok).sum()) * old.shape[-1]

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import cast
+from typing import ClassVar, cast
 
 import numpy as np
 
@@ -162,6 +162,9 @@ class PreparedViews:
     XT: tuple[np.ndarray, ...] = field(repr=False)
     deltaT: tuple[np.ndarray, ...] = field(repr=False)
     dXT: tuple[np.ndarray, ...] = field(repr=False)
+
+    #: Leading axes of every array: none (one client; see the batched client step).
+    lead: ClassVar[tuple[int, ...]] = ()
 
     @property
     def n_samples(self) -> int:
@@ -491,12 +494,19 @@ def _neg_sq(
 
 
 def _weighted_sums(G: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Σ_i G_ki r_ij for every feature j, (..., c, d); rows is (d, n), cols (n, d)."""
-    d = rows.shape[0]
+    """Σ_i G_ki r_ij for every feature j, (..., c, d); rows is (..., d, n), cols (..., n, d).
+
+    rows with a leading client axis (a batched client step) pair each client's G with
+    its own rows: numpy then runs each client's mat-vec as the unbatched call does.
+    """
+    d = rows.shape[-2]
     if d <= _MATVEC_MAX_D:
         out = np.empty((*G.shape[:-1], d))
         for j in range(d):  # the same mat-vecs np.stack would gather, written in place
-            out[..., j] = G @ rows[j]
+            if rows.ndim == 2:
+                out[..., j] = G @ rows[j]
+            else:
+                out[..., j] = np.matmul(G, rows[..., j, :, None])[..., 0]
         return out
     return G @ cols
 
@@ -521,19 +531,24 @@ def _paper_sums(
     """Eq. 16/44 numerator and denominator: weights μ^m exp(-δ_ij ||x_i - a_k||^2).
 
     The weight depends on the feature j through δ_ij: one exp over (..., c, n) per feature.
+    Stacked views (a batched client step) carry a leading client axis in every array.
     """
     negsq = _neg_sq(pv, h, A, scale, out=scratch[0])
     E = scratch[1]
     XT, deltaT = pv.XT[h], pv.deltaT[h]
     ones = pv._gemm_rows[2]
-    num = np.empty((*A.shape[:-1], XT.shape[0]))
+    d = XT.shape[-2]
+    num = np.empty((*pv.lead, *A.shape[:-1], d))
     den = np.empty_like(num)
-    for j in range(XT.shape[0]):  # loop over features, not samples
-        np.multiply(negsq, deltaT[j], out=E)
+    for j in range(d):  # loop over features, not samples
+        if XT.ndim == 2:
+            np.multiply(negsq, deltaT[j], out=E)
+        else:
+            np.multiply(negsq, deltaT[..., j, None, :], out=E)
         np.exp(E, out=E)
         E *= Um
         den[..., j] = E @ ones
-        num[..., j] = E @ XT[j]
+        num[..., j] = E @ XT[j] if XT.ndim == 2 else np.matmul(E, XT[..., j, :, None])[..., 0]
     return num, den
 
 

@@ -130,7 +130,7 @@ def build_node(
     dims = tuple(int(d) for d in dims)
     if not dims or any(d < 1 for d in dims):
         raise ValidationError(f"dims must be positive feature counts, got {dims}")
-    nodes = NodeBuilder.of(sc, model_of(sc, dims), dims, protocol_config(sc, run))
+    nodes = NodeBuilder.of(sc, model_of(sc, dims), dims, protocol_config(sc, run), batch=False)
     parent = nodes.wiring.parents.get(node_id)
     if tier == "edge":
         if views is None or view_ids is None:

@@ -119,6 +119,20 @@ class Algorithm(ABC):
     ) -> Learner:
         """A learner over one client's views (``view_ids`` of the federation's views)."""
 
+    def update_batch(
+        self, learners: Sequence[Learner], body: dict[str, Any]
+    ) -> list[tuple[dict[str, Any], float] | None]:
+        """Several learners' :meth:`Learner.update` under one model body, in one call.
+
+        A plug-in may compute many small clients' steps as one vectorized step (the
+        simulator's cohorts, :class:`~fedstrata.nodes.cohort.Cohort`). Entry ``i`` is
+        exactly what ``learners[i].update(body)`` would return, bit for bit, or None:
+        that learner computes its own. The update must be a pure function of the
+        body, the learner's data and its configuration (no random draws, no state a
+        later step reads). The default batches nothing.
+        """
+        return [None] * len(learners)
+
     # -- the setup round ---------------------------------------------------------------
 
     @abstractmethod

@@ -21,6 +21,7 @@ from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.mqtt import config_topic, down_topic, member_topic, up_topic
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.bodies import check_body, dropped
+from fedstrata.nodes.cohort import Cohort
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.decoding import SharedDecoder
 from fedstrata.nodes.events import (
@@ -90,6 +91,10 @@ class ClientNode:
         Decodes model messages once for a federation's clients (see
         :class:`~fedstrata.nodes.decoding.SharedDecoder`); None: the client decodes
         every payload itself.
+    cohort
+        Computes the step of its parent's children in one batched call (see
+        :class:`~fedstrata.nodes.cohort.Cohort`); None: the client computes its own.
+        Either way its partials are the same, bit for bit.
     """
 
     tier = "edge"
@@ -108,6 +113,7 @@ class ClientNode:
         algorithm: Algorithm | None = None,
         seal: Seal | None = None,
         decoder: SharedDecoder | None = None,
+        cohort: Cohort | None = None,
     ) -> None:
         self.node_id = node_id
         self.parent = parent
@@ -135,6 +141,10 @@ class ClientNode:
         self._config_topic = config_topic(protocol.run, parent.tier, parent.group)
         self.config_id: str | None = None  # the run configuration the learner holds
         self._waiting: wire.Envelope | None = None  # a model whose configuration is due
+        self._waiting_key = b""  # its payload
+        self._cohort = cohort
+        if cohort is not None:
+            cohort.join(self)
         # secure aggregation: the layout of its partials and this round's session
         self._layout = self.algorithm.secure_layout() if protocol.secure != "none" else None
         self._member: SecureMember | None = None
@@ -183,7 +193,7 @@ class ClientNode:
                     return self._on_config(env)
                 if event.topic == self._member_topic:
                     return self._on_secagg(env)
-                return self._on_model(env)
+                return self._on_model(env, event.payload)
             except WireError as exc:  # fails the schema, or the plug-in's readers
                 return [dropped(self.node_id, str(exc), "malformed")]
         raise NodeProtocolError(f"unknown event {type(event).__name__}")
@@ -246,9 +256,9 @@ class ClientNode:
         if waiting is None or model_config(waiting.body) != cid:
             return []
         self._waiting = None
-        return self._answer(waiting)
+        return self._answer(waiting, self._waiting_key)
 
-    def _on_model(self, env: wire.Envelope) -> list[Effect]:
+    def _on_model(self, env: wire.Envelope, key: bytes) -> list[Effect]:
         if env.kind != "model":
             raise WireError(f"a client expects model messages, got {env.kind!r}")
         body = env.body
@@ -268,12 +278,18 @@ class ClientNode:
         cid = None if phase == "setup" else model_config(body)
         if cid is not None and cid != self.config_id:  # keep the newest until it comes
             if self._waiting is None or env.round >= self._waiting.round:
-                self._waiting = env
+                self._waiting, self._waiting_key = env, key
             return []
-        return self._answer(env)
+        return self._answer(env, key)
 
-    def _answer(self, env: wire.Envelope) -> list[Effect]:
-        """Answer a model (asked, with its configuration in place)."""
+    def _step(self, key: bytes, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+        """The learner's partial under ``body`` (from the cohort's batch when there is one)."""
+        if self._cohort is None or type(key) is not bytes:
+            return self.learner.update(body)
+        return self._cohort.update(self, key, body)
+
+    def _answer(self, env: wire.Envelope, key: bytes) -> list[Effect]:
+        """Answer a model (asked, with its configuration in place); ``key``: its payload."""
         body = env.body
         phase = body["phase"]
         sub = body.get("sub", 0)
@@ -282,8 +298,8 @@ class ClientNode:
         if phase == "setup":
             return self._answer_setup(env)
         if self._layout is not None:
-            return self._answer_secure(env, self._layout, lambda: self.learner.update(body))
-        partial, flops = self.learner.update(body)
+            return self._answer_secure(env, self._layout, lambda: self._step(key, body))
+        partial, flops = self._step(key, body)
         if sub:
             partial["sub"] = int(sub)
         scheme = body.get("compression", self.protocol.compression)

@@ -68,6 +68,7 @@ from fedstrata.plugins._setup import (
     SharedSetupRound,
     setup_body,
 )
+from fedstrata.plugins.batch_update import update_batch
 from fedstrata.plugins.global_models import GlobalModel, GlobalModels, read_global
 from fedstrata.plugins.messages import (
     Shape,
@@ -119,18 +120,25 @@ def lean_statistics(
     numbers in the same order; only the batch axis of one restart is left out (numpy
     then takes the same loops) and the coefficient rows and v^α come precomputed from
     ``glob``. A property test compares the two on random clients and models.
+
+    ``pv`` may also be a :class:`~fedstrata.plugins.batch_update.StackedViews` of
+    several clients with the same sample count and views: every array then has a
+    leading client axis, and so do the results (J is then an array). numpy runs the
+    same loops on each client's slice, so each client's values are its own call's,
+    bit for bit (the batched step's property test checks it).
     """
     state = glob.state
     c, n, H = model.n_clusters, pv.n_samples, pv.n_views
+    lead = pv.lead
     update = "mean" if model.distance == "euclidean" else model.center_update
     coefs, va = glob.coefs(), glob.va(model.alpha)
     scales = None if state.view_scale is None else state.view_scale[0]
     dist: list[np.ndarray] = []
     expo: list[np.ndarray | None] = []
     shared: list[bool] = []
-    W = np.empty((c, n))
+    W = np.empty((*lead, c, n))
     for h, g in enumerate(pv.view_ids):
-        sh = update == "paper" and (model.kernel == "none" or pv.views[h].shape[1] == 1)
+        sh = update == "paper" and (model.kernel == "none" or pv.views[h].shape[-1] == 1)
         e: np.ndarray | None = np.matmul(coefs[g], pv._gemm_rows[0][h])  # -φ (times scale)
         assert e is not None
         if update == "mean":
@@ -157,26 +165,26 @@ def lean_statistics(
         Um = np.multiply(U, U)
     else:
         Um = np.power(U, model.m)
-    costs = np.zeros(H)
-    nums = [np.zeros((c, a.shape[-1])) for a in state.centers]
-    dens = [np.zeros((c, a.shape[-1])) for a in state.centers]
+    costs = np.zeros((*lead, H))
+    nums = [np.zeros((*lead, c, a.shape[-1])) for a in state.centers]
+    dens = [np.zeros((*lead, c, a.shape[-1])) for a in state.centers]
     for h, g in enumerate(pv.view_ids):
-        costs[g] = _sum_products(Um, dist[h], out=dist[h])
+        costs[..., g] = _sum_products(Um, dist[h], out=dist[h])
         if update == "paper" and not shared[h]:  # Eq. 16/44: one exp per feature
             scale = None if scales is None else scales[g]
-            spare = [np.empty((c, n)), np.empty((c, n))]
+            spare = [np.empty((*lead, c, n)), np.empty((*lead, c, n))]
             nums[g], dens[g] = _paper_sums(pv, h, state.centers[g][0], Um, scale, spare)
             continue
         e = expo[h]
         G = Um if e is None else np.multiply(e, Um, out=e)
         if update in ("derivation", "paper"):
             nums[g] = _weighted_sums(G, pv.XT[h], pv.views[h])
-            dens[g] = np.repeat(G.sum(axis=-1)[..., None], pv.views[h].shape[1], axis=-1)
+            dens[g] = np.repeat(G.sum(axis=-1)[..., None], pv.views[h].shape[-1], axis=-1)
         else:
             nums[g] = _weighted_sums(G, pv.dXT[h], pv.dX[h])
             dens[g] = _weighted_sums(G, pv.deltaT[h], pv.deltas[h])
-    J = float((va * costs).sum(axis=-1))
-    return nums, dens, costs, U.sum(axis=-1), J
+    J = (va * costs).sum(axis=-1)
+    return nums, dens, costs, U.sum(axis=-1), float(J) if not lead else J
 
 
 def _kernel_scale(body: dict[str, Any], node_id: str) -> float:
@@ -631,6 +639,19 @@ class StatisticsAlgorithm(_MultiView):
     def __init__(self, model: MultiViewModel, protocol: ProtocolConfig, shape: Shape) -> None:
         super().__init__(model, protocol, shape)
         self.name = f"{_family(model)}/sum"
+
+    def update_batch(
+        self, learners: Sequence[Learner], body: dict[str, Any]
+    ) -> list[tuple[dict[str, Any], float] | None]:
+        """Small clients' lean steps in stacked groups (:mod:`fedstrata.plugins.batch_update`)."""
+        return update_batch(
+            self,
+            learners,
+            body,
+            lean=lean_statistics,
+            learner_type=MultiViewLearner,
+            max_samples=LEAN_MAX_SAMPLES,
+        )
 
     def secure_layout(self) -> Layout:
         """Statistics (noised under DP), then the counts and the objective."""

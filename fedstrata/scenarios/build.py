@@ -395,11 +395,14 @@ def build_federation(
     seed: int | None = None,
     record_events: bool = False,
     keys: RunKeys | None = None,
+    batch: bool = True,
 ) -> Federation:
     """Build the data split, the nodes and the simulation for ``sc``.
 
     ``seed`` overrides the scenario's seed (data, partition, links and faults).
-    ``keys`` signs every message with them (see :func:`seals_for`).
+    ``keys`` signs every message with them (see :func:`seals_for`). ``batch``: the
+    children of each aggregator compute their steps in one batched call (the same
+    bits; see :class:`~fedstrata.nodes.cohort.Cohort`); False: each on its own.
     """
     if seed is not None:
         sc = sc.model_copy(update={"seed": seed})
@@ -414,7 +417,7 @@ def build_federation(
     wiring = wire_topology(sc)  # raises when an aggregator would have no children
     tiers, tier_of, parents, clients = wiring.tiers, wiring.tier_of, wiring.parents, wiring.clients
     seals = seals_for(sc, [n for _, group in tiers for n in group] + list(clients), keys)
-    nodes = NodeBuilder.of(sc, model, dims, protocol, wiring)
+    nodes = NodeBuilder.of(sc, model, dims, protocol, wiring, batch=batch)
     shape = nodes.shape
 
     sim = Simulation(

@@ -23,6 +23,7 @@ import numpy as np
 from fedstrata.nodes.aggregator import AggregatorNode
 from fedstrata.nodes.algorithm import Algorithm, algorithm_for
 from fedstrata.nodes.client import ClientNode
+from fedstrata.nodes.cohort import Cohort
 from fedstrata.nodes.config import Address, ProtocolConfig
 from fedstrata.nodes.decoding import SharedDecoder
 from fedstrata.nodes.sealing import Seal
@@ -80,6 +81,10 @@ class NodeBuilder:
         The protocol settings, with the run id as their ``run``.
     wiring
         Who reports to whom (:func:`~fedstrata.scenarios.wiring.wire_topology`).
+    batch
+        Give the children of each parent one :class:`~fedstrata.nodes.cohort.Cohort`
+        (their steps computed in one batched call, with the same bits); False: each
+        client computes its own (the reference path).
     """
 
     scenario: Scenario
@@ -87,6 +92,7 @@ class NodeBuilder:
     dims: tuple[int, ...]
     protocol: ProtocolConfig
     wiring: Wiring
+    batch: bool = True
 
     @classmethod
     def of(
@@ -96,6 +102,8 @@ class NodeBuilder:
         dims: Sequence[int],
         protocol: ProtocolConfig,
         wiring: Wiring | None = None,
+        *,
+        batch: bool = True,
     ) -> NodeBuilder:
         """The builder of ``sc``'s nodes (``wiring`` computed when not given).
 
@@ -106,7 +114,7 @@ class NodeBuilder:
 
         """
         wiring = wire_topology(sc) if wiring is None else wiring
-        return cls(sc, model, tuple(int(d) for d in dims), protocol, wiring)
+        return cls(sc, model, tuple(int(d) for d in dims), protocol, wiring, batch)
 
     @cached_property
     def shape(self) -> Shape:
@@ -122,6 +130,19 @@ class NodeBuilder:
     def decoder(self) -> SharedDecoder:
         """Decodes the model messages once for all the federation's clients."""
         return SharedDecoder()
+
+    @cached_property
+    def _cohorts(self) -> dict[str, Cohort]:
+        return {}
+
+    def cohort(self, parent: str) -> Cohort | None:
+        """The cohort of ``parent``'s children (None without batching)."""
+        if not self.batch:
+            return None
+        got = self._cohorts.get(parent)
+        if got is None:
+            got = self._cohorts[parent] = Cohort(self.client_algorithm)
+        return got
 
     @cached_property
     def timing(self) -> dict[str, tuple[float, int]]:
@@ -188,4 +209,5 @@ class NodeBuilder:
             seal=seal,
             algorithm=self.client_algorithm,
             decoder=self.decoder,
+            cohort=self.cohort(parent.group),
         )

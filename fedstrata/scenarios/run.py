@@ -97,15 +97,16 @@ class SimTransport:
     ``progress(fed, virtual_time)`` is called every virtual second.
     """
 
-    def __init__(self, *, events: bool = False, progress: Any = None) -> None:
+    def __init__(self, *, events: bool = False, progress: Any = None, batch: bool = True) -> None:
         self.events = events
         self.progress = progress
+        self.batch = batch
         self.t0 = time.perf_counter()
 
     def build(self, sc: Scenario) -> Federation:
         """The federation with its simulation (events recorded on request)."""
         self.t0 = time.perf_counter()
-        return build_federation(sc, record_events=self.events)
+        return build_federation(sc, record_events=self.events, batch=self.batch)
 
     def drive(self, fed: Federation) -> bool:
         """Run the simulation; return whether a ``KeyboardInterrupt`` ended it."""
@@ -180,16 +181,23 @@ def _sim_volume(stats: dict[str, Any]) -> Volume:
 
 
 def simulate(
-    sc: Scenario, *, seed: int | None = None, events: bool = False, progress: Any = None
+    sc: Scenario,
+    *,
+    seed: int | None = None,
+    events: bool = False,
+    progress: Any = None,
+    batch: bool = True,
 ) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
     """Build and run ``sc``; return the federation, the summary and the per-round rows.
 
     ``progress(fed, virtual_time)`` is called every virtual second. A
     ``KeyboardInterrupt`` during the run ends it with status ``interrupted``; the
     summary is then built from what happened so far and the interrupt is not
-    re-raised (the caller decides the exit code from the status).
+    re-raised (the caller decides the exit code from the status). ``batch=False``
+    computes every client's step on its own (the reference path: the same results).
     """
-    return Run(sc, SimTransport(events=events, progress=progress), seed=seed).execute()
+    transport = SimTransport(events=events, progress=progress, batch=batch)
+    return Run(sc, transport, seed=seed).execute()
 
 
 def _model_arrays(fed: Federation, state: Any, rounds: int) -> dict[str, np.ndarray]:

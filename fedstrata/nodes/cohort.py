@@ -1,0 +1,130 @@
+"""Clients that answer the same model together: one batched step for a parent's children.
+
+In a simulation every child of an aggregator receives the same model payload, each at
+its own virtual instant. A :class:`Cohort`, made once per parent by the builder and
+handed to its clients, computes the step of every member that will answer that
+payload the first time one of them asks (:meth:`~fedstrata.nodes.algorithm.Algorithm.
+update_batch`, one vectorized call) and hands each member its own partial when its
+turn comes. Nothing observable changes: a member's partial is bit for bit the one its
+own :meth:`~fedstrata.nodes.algorithm.Learner.update` gives, its flops and its
+message are its own, and when it answers is decided by the simulation as before.
+
+Members the plug-in does not batch, a member whose configuration changed since the
+batch, and a payload the cohort no longer remembers are computed on the member's own
+path, which stays the reference.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+from fedstrata.nodes.algorithm import Algorithm, Learner
+
+__all__ = ["Cohort", "CohortMember"]
+
+
+class CohortMember(Protocol):
+    """What a cohort reads of a client: its id, learner and configuration."""
+
+    node_id: str
+    learner: Learner
+    config_id: str | None
+
+
+class Cohort:
+    """The batched client step of one parent's children (see the module docstring).
+
+    Parameters
+    ----------
+    algorithm
+        The plug-in the members share (its :meth:`~fedstrata.nodes.algorithm.
+        Algorithm.update_batch` does the work).
+    entries
+        Model payloads remembered at once (older batches are forgotten: a member that
+        comes later computes its own step).
+    """
+
+    def __init__(self, algorithm: Algorithm, *, entries: int = 4) -> None:
+        self.algorithm = algorithm
+        self.entries = entries
+        self._members: dict[str, CohortMember] = {}
+        # payload -> (node id -> (learner, configuration, result), node ids computed)
+        self._batches: dict[bytes, tuple[dict[str, tuple[Learner, str | None, Any]], set[str]]] = {}
+        self._lock = threading.Lock()  # an in-process MQTT run's clients may share one
+        self.batched = 0  # steps handed out from a batch
+        self.own = 0  # steps members computed on their own path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy (a pickled node) starts empty: members join again when they answer."""
+        return _new_cohort, (self.algorithm, self.entries)
+
+    def join(self, member: CohortMember) -> None:
+        """Add ``member`` (a client built or restarted under this parent)."""
+        with self._lock:
+            self._members[member.node_id] = member
+
+    def update(
+        self, member: CohortMember, key: bytes, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], float]:
+        """``member.learner.update(body)``, from the batch of payload ``key`` when it has one.
+
+        ``key`` is the model message's payload: members answering the same bytes get
+        the same body.
+        """
+        with self._lock:
+            if self._members.get(member.node_id) is not member:
+                self._members[member.node_id] = member
+            batch = self._batches.get(key)
+            if batch is None:
+                batch = self._batches[key] = self._new_batch()
+            if member.node_id not in batch[1]:
+                self._compute(member, batch, body)  # those whose configuration came since
+            entry = batch[0].pop(member.node_id, None)
+        if entry is not None:
+            learner, config, result = entry
+            if learner is member.learner and config == member.config_id:
+                self.batched += 1
+                return result
+        self.own += 1
+        return member.learner.update(body)
+
+    def _new_batch(self) -> tuple[dict[str, tuple[Learner, str | None, Any]], set[str]]:
+        """An empty batch (results by node id, ids computed), the oldest one forgotten."""
+        if len(self._batches) >= self.entries:
+            del self._batches[next(iter(self._batches))]
+        return {}, set()
+
+    def _compute(
+        self,
+        member: CohortMember,
+        batch: tuple[dict[str, tuple[Learner, str | None, Any]], set[str]],
+        body: dict[str, Any],
+    ) -> None:
+        """Add every member not computed yet, asked by ``body``, to ``batch``.
+
+        Only members with ``member``'s configuration: the others' models wait for theirs.
+        """
+        results, done = batch
+        ask = body.get("ask")
+        asked = set(ask) if isinstance(ask, list) else None
+        chosen = [
+            m
+            for m in self._members.values()
+            if m.config_id == member.config_id
+            and m.node_id not in done
+            and (asked is None or m.node_id in asked)
+        ]
+        try:
+            out = self.algorithm.update_batch([m.learner for m in chosen], body)
+        except Exception:  # the members' own steps raise (or not) as they always did
+            out = [None] * len(chosen)
+        for m, r in zip(chosen, out, strict=True):
+            done.add(m.node_id)
+            if r is not None:
+                results[m.node_id] = (m.learner, m.config_id, r)
+
+
+def _new_cohort(algorithm: Algorithm, entries: int) -> Cohort:
+    """An empty cohort with these settings (what a copy of one starts as)."""
+    return Cohort(algorithm, entries=entries)

@@ -1,0 +1,134 @@
+"""The multi-view family's batched client step: many small clients in one numpy call.
+
+Under rule ``sum`` a client's partial is :func:`~fedstrata.plugins.multiview.
+lean_statistics` of its prepared views under the global model. Clients with the same
+sample count and the same views are stacked along a leading client axis
+(:class:`StackedViews`) and run through the same function once: numpy runs each
+client's slice with the loops of the unbatched call, so every client's partial is
+the one it would have computed alone, bit for bit (``tests/plugins/
+test_batch_update.py`` compares the two on random clients, models and settings).
+
+A client is left to its own :meth:`~fedstrata.nodes.algorithm.Learner.update` (its
+entry is None) whenever the batched step would not be that: DP noise (client- or
+sample-level), an adaptive root's per-client ``kernel_scale``, or a client too large
+for the lean step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedstrata.algorithms.multiview import PreparedViews
+
+__all__ = ["StackedViews", "stack_views", "update_batch"]
+
+
+@dataclass(frozen=True)
+class StackedViews:
+    """The prepared views of B clients with equal sample counts and views, stacked.
+
+    Every array carries a leading client axis of length B; the fields are those of
+    :class:`~fedstrata.algorithms.multiview.PreparedViews` that the lean step reads.
+    """
+
+    views: tuple[np.ndarray, ...]
+    deltas: tuple[np.ndarray, ...]
+    view_ids: tuple[int, ...]
+    n_views: int
+    dX: tuple[np.ndarray, ...]
+    XT: tuple[np.ndarray, ...]
+    deltaT: tuple[np.ndarray, ...]
+    dXT: tuple[np.ndarray, ...]
+    _gemm_rows: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]
+    n_samples: int
+    lead: tuple[int, ...]
+
+
+def stack_views(pvs: Sequence[PreparedViews]) -> StackedViews:
+    """Stack prepared views that share their sample count and view ids."""
+    first = pvs[0]
+
+    def stack(name: str) -> tuple[np.ndarray, ...]:
+        return tuple(
+            np.stack(arrays) for arrays in zip(*(getattr(p, name) for p in pvs), strict=True)
+        )
+
+    return StackedViews(
+        views=stack("views"),
+        deltas=stack("deltas"),
+        view_ids=first.view_ids,
+        n_views=first.n_views,
+        dX=stack("dX"),
+        XT=stack("XT"),
+        deltaT=stack("deltaT"),
+        dXT=stack("dXT"),
+        _gemm_rows=(
+            tuple(np.stack(r) for r in zip(*[p._gemm_rows[0] for p in pvs], strict=True)),
+            tuple(np.stack(r) for r in zip(*[p._gemm_rows[1] for p in pvs], strict=True)),
+            first._gemm_rows[2],
+        ),
+        n_samples=first.n_samples,
+        lead=(len(pvs),),
+    )
+
+
+def update_batch(
+    algorithm: Any,
+    learners: Sequence[Any],
+    body: dict[str, Any],
+    *,
+    lean: Callable[..., Any],
+    learner_type: type,
+    max_samples: int,
+) -> list[tuple[dict[str, Any], float] | None]:
+    """Each learner's ``update(body)``, computed in stacked groups; None where not batched.
+
+    ``algorithm`` is the rule-``sum`` multi-view plug-in, ``lean`` its
+    :func:`~fedstrata.plugins.multiview.lean_statistics`, ``learner_type`` its learner
+    class and ``max_samples`` the largest client the lean step takes.
+    """
+
+    def batchable(learner: Any) -> bool:  # exactly the plain lean step
+        return (
+            type(learner) is learner_type
+            and learner.algorithm is algorithm
+            and learner._frame is None
+            and bool(learner.view_ids)
+            and learner.n_samples <= max_samples
+        )
+
+    out: list[tuple[dict[str, Any], float] | None] = [None] * len(learners)
+    model, p = algorithm.model, algorithm.protocol
+    if p.dp_clip is not None or "kernel_scale" in body:
+        return out
+    groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for i, learner in enumerate(learners):
+        if batchable(learner):
+            groups.setdefault((learner.n_samples, learner.view_ids), []).append(i)
+    if not groups:
+        return out
+    glob = algorithm.models.read(body, algorithm.shape)
+    H = algorithm.shape.n_views
+    for (n, view_ids), members in groups.items():
+        chosen = [learners[i] for i in members]
+        num, den, costs, mass, J = lean(stack_views([m.prepared() for m in chosen]), glob, model)
+        counts = np.zeros(H, dtype=np.int64)
+        counts[list(view_ids)] = n
+        for b, (i, learner) in enumerate(zip(members, chosen, strict=True)):
+            partial = {
+                "mode": "stats",
+                "num": [a[b] for a in num],
+                "den": [a[b] for a in den],
+                "costs": costs[b],
+                "mass": mass[b],
+                "counts": counts.copy(),
+                "n": int(n),
+                "contributors": 1,
+                "objective": float(J[b]),
+            }
+            out[i] = (partial, learner._flops(1))
+    return out

@@ -1,0 +1,108 @@
+"""The multi-view family's batched client step gives each client its own step's bits."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedstrata.algorithms.kernels import kernel_reference
+from fedstrata.algorithms.multiview import MultiViewModel
+from fedstrata.nodes.config import ProtocolConfig
+from fedstrata.plugins import multiview as mvp
+from fedstrata.plugins.messages import Shape, references_body
+
+
+def _same(got, want):
+    assert got.keys() == want.keys()
+    for key in got:
+        a, b = got[key], want[key]
+        if isinstance(a, list):
+            assert [x.shape for x in a] == [y.shape for y in b], key
+            assert [x.tobytes() for x in a] == [y.tobytes() for y in b], key
+        elif isinstance(a, np.ndarray):
+            assert a.shape == b.shape and a.dtype == b.dtype, key
+            assert a.tobytes() == b.tobytes(), key
+        else:
+            assert type(a) is type(b) and a == b, key
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    c=st.integers(1, 6),
+    dims=st.lists(st.integers(1, 11), min_size=1, max_size=3),
+    sizes=st.lists(st.sampled_from([1, 2, 5, 5, 5, 9, 300]), min_size=1, max_size=12),
+    masks=st.lists(st.integers(1, 7), min_size=12, max_size=12),
+    distance=st.sampled_from(["ked", "euclidean"]),
+    kernel=st.sampled_from(["type1", "type2", "none"]),
+    update=st.sampled_from(["exact", "paper", "derivation"]),
+    membership=st.sampled_from(["fuzzy", "hard"]),
+    m=st.sampled_from([2.0, 1.3, 3.0]),
+    alpha=st.sampled_from([5.0, 2.0]),
+    bandwidth=st.sampled_from([None, 1.0]),
+    spread=st.sampled_from([1e-3, 1.0, 30.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_every_batched_partial_has_the_bits_of_the_clients_own_update(
+    c, dims, sizes, masks, distance, kernel, update, membership, m, alpha, bandwidth, spread, seed
+):
+    rng = np.random.default_rng(seed)
+    H = len(dims)
+    shape = Shape(c, tuple(dims))
+    model = MultiViewModel(
+        c,
+        m=m,
+        alpha=alpha,
+        distance=distance,
+        kernel=kernel,
+        center_update=update,
+        membership=membership,
+        bandwidth=bandwidth,
+    )
+    algo = mvp.multiview_algorithm(model, ProtocolConfig(run="t", rule="sum"), shape)
+    pooled = [rng.normal(size=(50, d)) * spread for d in dims]
+    extras = references_body([kernel_reference(X) for X in pooled])
+    learners = []
+    for j, n in enumerate(sizes):
+        held = tuple(g for g in range(H) if masks[j] >> g & 1) or (0,)
+        data = [rng.normal(size=(n, dims[g])) * spread for g in held]
+        learner = algo.learner(data, view_ids=held, rng=np.random.default_rng(j), node_id=f"c{j}")
+        learner.configure(extras)
+        learners.append(learner)
+    body = {
+        "phase": "iter",
+        "centers": [rng.normal(size=(c, d)) * spread for d in dims],
+        "view_weights": rng.dirichlet(np.ones(H)),
+    }
+    with np.errstate(all="ignore"):
+        batched = algo.update_batch(learners, body)
+        own = [learner.update(body) for learner in learners]
+    assert len(batched) == len(learners)
+    for got, want, n in zip(batched, own, sizes, strict=True):
+        if n > mvp.LEAN_MAX_SAMPLES:
+            assert got is None  # not the lean step: the client computes its own
+            continue
+        assert got is not None
+        _same(got[0], want[0])
+        assert got[1] == want[1]
+
+
+def test_dp_and_per_client_kernel_scales_are_left_to_the_clients():
+    shape = Shape(2, (2,))
+    model = MultiViewModel(2)
+    body = {"phase": "iter", "centers": [np.eye(2)], "view_weights": np.ones(1)}
+    proto = ProtocolConfig(run="t", rule="sum")
+    algo = mvp.multiview_algorithm(model, proto, shape)
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    extras = references_body([kernel_reference(X)])
+    learner = algo.learner([X], view_ids=(0,), rng=np.random.default_rng(0), node_id="a")
+    learner.configure(extras)
+    assert algo.update_batch([learner], body)[0] is not None
+    assert algo.update_batch([learner], {**body, "kernel_scale": {"a": 0.5}}) == [None]
+    noisy = mvp.multiview_algorithm(
+        model, ProtocolConfig(run="t", rule="sum", dp_clip=1.0, dp_noise=1.0), shape
+    )
+    other = noisy.learner([X], view_ids=(0,), rng=np.random.default_rng(0), node_id="b")
+    other.configure(extras)
+    assert noisy.update_batch([other], body) == [None]
+    assert algo.update_batch([other], body) == [None]  # another algorithm's learner
+    weighted = mvp.multiview_algorithm(model, ProtocolConfig(run="t", rule="weighted"), shape)
+    assert weighted.update_batch([learner], body) == [None]  # local fitting: never batched

@@ -456,6 +456,7 @@ def run(
     overrides: Mapping[str, Any] | None = None,
     events: bool = False,
     plots: bool = False,
+    batch: bool = True,
     broker: str | None = None,
     insecure: bool = False,
     run_id: str | None = None,
@@ -487,6 +488,10 @@ def run(
         Also write ``events.jsonl`` (simulator only).
     plots
         Also write ``rounds.png`` (off by default: a notebook draws its own).
+    batch
+        As ``fedstrata run --no-batch`` when False: every simulated client computes
+        its own step instead of its parent's cohort computing them in one batched
+        call (the reference path; the record is the same). Simulator only.
     broker
         ``mqtt://HOST:PORT`` or ``mqtts://HOST:PORT`` (``transport="mqtt"`` only).
     insecure, run_id, emulate_links, timeout_s
@@ -540,6 +545,8 @@ def run(
             raise ValidationError(f"{given[0]}= needs transport='mqtt'")
     elif events:
         raise ValidationError("events=True is for the simulator only (transport='sim')")
+    elif not batch:
+        raise ValidationError("batch=False is for the simulator only (transport='sim')")
     keyword, dotted = _check_overrides(keys, overrides)
     sc = _scenario(scenario, keyword, dotted)
     trackers = _Trackers(track)  # a bad spec or a missing extra fails before the run
@@ -557,6 +564,7 @@ def run(
             progress=False,
             overwrite=overwrite,
             command=command,
+            batch=batch,
         )
     else:
         from fedstrata.scenarios.run_mqtt import DEFAULT_TIMEOUT_S, run_scenario_mqtt

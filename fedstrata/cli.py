@@ -327,6 +327,12 @@ def run(
         "instead of fresh per-run keys.",
     ),
     track: list[str] = _track_option(),
+    no_batch: bool = typer.Option(
+        False,
+        "--no-batch",
+        help="Simulator: every client computes its own step (the reference path; the same "
+        "record, slower) instead of each parent's children in one batched call.",
+    ),
 ) -> None:
     """Run a scenario (simulated, or over real MQTT); write its record (summary.json, ...)."""
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
@@ -340,6 +346,10 @@ def run(
         raise typer.BadParameter(
             "--processes needs --transport mqtt (the simulator runs in one process)",
             param_hint="'--processes'",
+        )
+    if no_batch and transport != "sim":
+        raise typer.BadParameter(
+            "--no-batch is for the simulator (--transport sim)", param_hint="'--no-batch'"
         )
     if emulate_links and transport != "mqtt":
         raise typer.BadParameter(
@@ -399,6 +409,7 @@ def run(
         progress=not quiet,
         overwrite=overwrite,
         command=["fedstrata", *sys.argv[1:]],
+        batch=not no_batch,
     )
     _print_warnings(summary)
     _print_outcome(

@@ -258,7 +258,7 @@ class ClientNode:
         self._waiting = None
         return self._answer(waiting, self._waiting_key)
 
-    def _on_model(self, env: wire.Envelope, key: bytes) -> list[Effect]:
+    def _on_model(self, env: wire.Envelope, payload: bytes) -> list[Effect]:
         if env.kind != "model":
             raise WireError(f"a client expects model messages, got {env.kind!r}")
         body = env.body
@@ -278,18 +278,18 @@ class ClientNode:
         cid = None if phase == "setup" else model_config(body)
         if cid is not None and cid != self.config_id:  # keep the newest until it comes
             if self._waiting is None or env.round >= self._waiting.round:
-                self._waiting, self._waiting_key = env, key
+                self._waiting, self._waiting_key = env, payload
             return []
-        return self._answer(env, key)
+        return self._answer(env, payload)
 
-    def _step(self, key: bytes, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    def _step(self, payload: bytes, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
         """The learner's partial under ``body`` (from the cohort's batch when there is one)."""
-        if self._cohort is None or type(key) is not bytes:
+        if self._cohort is None or type(payload) is not bytes:
             return self.learner.update(body)
-        return self._cohort.update(self, key, body)
+        return self._cohort.update(self, payload, body)
 
-    def _answer(self, env: wire.Envelope, key: bytes) -> list[Effect]:
-        """Answer a model (asked, with its configuration in place); ``key``: its payload."""
+    def _answer(self, env: wire.Envelope, payload: bytes) -> list[Effect]:
+        """Answer a model (asked, with its configuration in place) that came as ``payload``."""
         body = env.body
         phase = body["phase"]
         sub = body.get("sub", 0)
@@ -298,8 +298,8 @@ class ClientNode:
         if phase == "setup":
             return self._answer_setup(env)
         if self._layout is not None:
-            return self._answer_secure(env, self._layout, lambda: self._step(key, body))
-        partial, flops = self._step(key, body)
+            return self._answer_secure(env, self._layout, lambda: self._step(payload, body))
+        partial, flops = self._step(payload, body)
         if sub:
             partial["sub"] = int(sub)
         scheme = body.get("compression", self.protocol.compression)

@@ -219,8 +219,12 @@ def run_scenario(
     progress: bool = True,
     overwrite: bool = False,
     command: list[str] | None = None,
+    batch: bool = True,
 ) -> dict[str, Any]:
     """Simulate ``sc`` and write its record into ``out_dir``; return the summary.
+
+    ``batch=False`` computes every client's step on its own (the reference path of
+    the batched cohorts, :class:`~fedstrata.nodes.cohort.Cohort`: the same record).
 
     Writes ``scenario.yaml`` first (the resolved scenario), then ``rounds.csv``,
     ``labels.csv``, ``model.npz`` (when a model exists), ``rounds.png`` and
@@ -236,8 +240,8 @@ def run_scenario(
 
     def execute() -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
         if progress:
-            return _simulate_with_bar(sc, seed, events)
-        return simulate(sc, seed=seed, events=events)
+            return _simulate_with_bar(sc, seed, events, batch)
+        return simulate(sc, seed=seed, events=events, batch=batch)
 
     return write_run(
         sc,
@@ -405,7 +409,7 @@ def _rounds_bar(sc: Scenario) -> Iterator[Callable[[int, str], None]]:
 
 
 def _simulate_with_bar(
-    sc: Scenario, seed: int | None, events: bool
+    sc: Scenario, seed: int | None, events: bool, batch: bool = True
 ) -> tuple[Federation, dict[str, Any], list[dict[str, Any]]]:
     with _rounds_bar(sc) as update:
         seen = {"records": 0, "rounds": 0, "wall": 0.0}
@@ -422,4 +426,4 @@ def _simulate_with_bar(
             done, sent = seen["rounds"], fed.sim.engine.publishes
             update(done, f"round {done}  t={t:,.6g}s  publishes={sent:,}")
 
-        return simulate(sc, seed=seed, events=events, progress=tick)
+        return simulate(sc, seed=seed, events=events, progress=tick, batch=batch)

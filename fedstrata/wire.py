@@ -357,7 +357,26 @@ def _normalize_list(items: list[Any] | tuple[Any, ...], depth: int) -> list[Any]
     return [_normalize(item, depth) for item in items]
 
 
+# Packed headers by (dtype, shape): a run sends the same few shapes many times.
+_HEADERS: dict[tuple[np.dtype[Any], tuple[int, ...]], tuple[bytes, np.dtype[Any]]] = {}
+_HEADERS_MAX = 4096
+_new_ext = tuple.__new__  # ExtType's own __new__ re-checks a code and bytes we just made
+
+
 def _pack_array(arr: np.ndarray[Any, Any]) -> msgpack.ExtType:
+    known = _HEADERS.get((arr.dtype, arr.shape))
+    if known is not None:
+        header, wire_dtype = known
+        data = np.ascontiguousarray(arr, dtype=wire_dtype)
+        return _new_ext(msgpack.ExtType, (EXT_NDARRAY, b"".join((header, data.data))))
+    ext = _pack_array_checked(arr)
+    if len(_HEADERS) < _HEADERS_MAX:
+        code = ext.data[0]
+        _HEADERS[(arr.dtype, arr.shape)] = (ext.data[: 2 + 4 * arr.ndim], DTYPE_CODES[code])
+    return ext
+
+
+def _pack_array_checked(arr: np.ndarray[Any, Any]) -> msgpack.ExtType:
     dt = arr.dtype
     code = None if dt.fields is not None else _CODE_BY_KIND_SIZE.get((dt.kind, dt.itemsize))
     if code is None:

@@ -699,3 +699,24 @@ def test_byte_identical_across_processes() -> None:
             env={"PYTHONHASHSEED": seed, "PATH": ""},
         )
         assert bytes.fromhex(out.stdout.strip()) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    dtype=st.sampled_from(["<f8", ">f8", "<f4", ">i4", "|u1", "|b1", "<i8", ">u2"]),
+    shape=st.lists(st.integers(0, 4), min_size=0, max_size=3),
+    transpose=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_remembered_array_header_packs_the_bytes_of_the_checked_path(
+    dtype, shape, transpose, seed
+):
+    from fedstrata import wire as w
+
+    a = (np.random.default_rng(seed).random(shape) * 100).astype(dtype)
+    if transpose:
+        a = a.T  # not C-contiguous
+    w._HEADERS.clear()
+    first, again = w._pack_array(a), w._pack_array(a)  # the second from the remembered header
+    want = w._pack_array_checked(a)
+    assert first == want and again == want and type(again) is type(want)

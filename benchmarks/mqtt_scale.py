@@ -123,6 +123,8 @@ def scenario(n: int, args: argparse.Namespace, speed_gflops: float) -> Any:
     }
     data["protocol"]["rounds"] = args.rounds
     data["protocol"]["qos"] = args.qos
+    if args.signed:  # both transports sign and verify every message
+        data["privacy"] = {"sign": True}
     return Scenario.model_validate(data)
 
 
@@ -398,7 +400,8 @@ def child_mqtt(n: int, args: argparse.Namespace) -> dict[str, Any]:
         sampler.start()
         pid = state["broker_pid"]
         cpu0, b0, t0 = self_cpu(), proc_cpu(pid) if pid else float("nan"), time.perf_counter()
-        kwargs: dict[str, Any] = {"timeout_s": args.timeout}
+        # unsigned unless --signed: the simulated run does not sign either (same node work)
+        kwargs: dict[str, Any] = {"timeout_s": args.timeout, "insecure": not args.signed}
         if args.processes > 1:  # fedstrata deals the nodes out to worker processes
             kwargs["processes"] = args.processes
         try:
@@ -564,6 +567,8 @@ def forward(args: argparse.Namespace) -> list[str]:
         out += ["--speed-gflops", repr(args.speed_gflops)]
     if args.profile:
         out.append("--profile")
+    if args.signed:
+        out.append("--signed")
     if args.gc != "default":
         out += ["--gc", args.gc]
     if args.profile_dump:
@@ -798,6 +803,11 @@ def main() -> None:
         type=int,
         default=1,
         help="MQTT: deal the nodes out to this many worker processes (mqtt_run(processes=))",
+    )
+    ap.add_argument(
+        "--signed",
+        action="store_true",
+        help="privacy.sign: true (both transports sign and verify every message)",
     )
     ap.add_argument("--timeout", type=float, default=900.0, help="MQTT wall-clock limit, s")
     ap.add_argument("--profile", action="store_true", help="cProfile the MQTT rounds phase")

@@ -160,6 +160,12 @@ class Lane:
         paho.on_message = self._on_message
         paho.on_socket_register_write = self._register_write
         paho.on_socket_unregister_write = self._unregister_write
+        self._aiomqtt_close = paho.on_socket_close
+        paho.on_socket_close = self._on_socket_close
+        # a writer aiomqtt registered during the connect (from its executor thread,
+        # possibly after paho last asked to unregister) would stay on the fd for good
+        if self._fd >= 0:
+            self._loop.remove_writer(self._fd)
         if paho.want_write():
             self._register_write(paho, None, sock)
         client._disconnected.add_done_callback(self._on_disconnected)
@@ -185,9 +191,14 @@ class Lane:
             self._loop.call_soon(self._flush)
 
     def _unregister_write(self, _client: Any, _userdata: Any, _sock: Any) -> None:
-        if self._writer:
-            self._writer = False
-            self._loop.remove_writer(self._fd)
+        self._writer = False
+        self._loop.remove_writer(self._fd)  # ours, or one aiomqtt left from the connect
+
+    def _on_socket_close(self, client: Any, userdata: Any, sock: Any) -> None:
+        # no writer may outlive the socket: a new one on the same fd number would
+        # find the selector's stale entry
+        self._unregister_write(client, userdata, sock)
+        self._aiomqtt_close(client, userdata, sock)
 
     def _flush(self) -> None:
         """Write what paho queued; wait for the socket only if it is full."""

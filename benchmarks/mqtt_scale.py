@@ -76,7 +76,10 @@ their total CPU and the largest one's peak RSS are printed).
 
 Experiments: ``--qos 0`` (no PUBACKs); ``--gc freeze|tune|off`` calls ``gc.freeze()``,
 ``gc.freeze()`` and ``gc.set_threshold(20000, 10, 10)``, or ``gc.disable()`` in the
-MQTT run when the setup round closes (fedstrata does none of these); ``--profile``
+MQTT run when the setup round closes (on top of fedstrata's own ``gc.freeze()`` and
+young threshold of 50,000 while the nodes run); ``--signed`` makes both transports
+sign and verify every message (by default MQTT runs ``insecure``, as the simulator
+does not sign: the same node work); ``--profile``
 runs cProfile (CPU time) on the event-loop thread over the MQTT rounds phase and
 prints self time by package and the top functions (it slows that run down, so its
 timings are not the benchmark's); ``--profile-dump PATH`` also writes the raw pstats
@@ -796,7 +799,7 @@ def main() -> None:
         choices=["default", "freeze", "tune", "off"],
         default="default",
         help="MQTT rounds phase, from the setup round's close: gc.freeze(); tune = freeze + "
-        "gc.set_threshold(20000, 10, 10); off = gc.disable() (experiments: fedstrata does none)",
+        "gc.set_threshold(20000, 10, 10); off = gc.disable() (on top of fedstrata's own freeze)",
     )
     ap.add_argument(
         "--processes",

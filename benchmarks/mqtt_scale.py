@@ -76,7 +76,10 @@ their total CPU and the largest one's peak RSS are printed).
 
 Experiments: ``--qos 0`` (no PUBACKs); ``--gc freeze|tune|off`` calls ``gc.freeze()``,
 ``gc.freeze()`` and ``gc.set_threshold(20000, 10, 10)``, or ``gc.disable()`` in the
-MQTT run when the setup round closes (fedstrata does none of these); ``--profile``
+MQTT run when the setup round closes (on top of fedstrata's own ``gc.freeze()`` and
+young threshold of 50,000 while the nodes run); ``--signed`` makes both transports
+sign and verify every message (by default MQTT runs ``insecure``, as the simulator
+does not sign: the same node work); ``--profile``
 runs cProfile (CPU time) on the event-loop thread over the MQTT rounds phase and
 prints self time by package and the top functions (it slows that run down, so its
 timings are not the benchmark's); ``--profile-dump PATH`` also writes the raw pstats
@@ -123,6 +126,8 @@ def scenario(n: int, args: argparse.Namespace, speed_gflops: float) -> Any:
     }
     data["protocol"]["rounds"] = args.rounds
     data["protocol"]["qos"] = args.qos
+    if args.signed:  # both transports sign and verify every message
+        data["privacy"] = {"sign": True}
     return Scenario.model_validate(data)
 
 
@@ -398,7 +403,8 @@ def child_mqtt(n: int, args: argparse.Namespace) -> dict[str, Any]:
         sampler.start()
         pid = state["broker_pid"]
         cpu0, b0, t0 = self_cpu(), proc_cpu(pid) if pid else float("nan"), time.perf_counter()
-        kwargs: dict[str, Any] = {"timeout_s": args.timeout}
+        # unsigned unless --signed: the simulated run does not sign either (same node work)
+        kwargs: dict[str, Any] = {"timeout_s": args.timeout, "insecure": not args.signed}
         if args.processes > 1:  # fedstrata deals the nodes out to worker processes
             kwargs["processes"] = args.processes
         try:
@@ -564,6 +570,8 @@ def forward(args: argparse.Namespace) -> list[str]:
         out += ["--speed-gflops", repr(args.speed_gflops)]
     if args.profile:
         out.append("--profile")
+    if args.signed:
+        out.append("--signed")
     if args.gc != "default":
         out += ["--gc", args.gc]
     if args.profile_dump:
@@ -791,13 +799,18 @@ def main() -> None:
         choices=["default", "freeze", "tune", "off"],
         default="default",
         help="MQTT rounds phase, from the setup round's close: gc.freeze(); tune = freeze + "
-        "gc.set_threshold(20000, 10, 10); off = gc.disable() (experiments: fedstrata does none)",
+        "gc.set_threshold(20000, 10, 10); off = gc.disable() (on top of fedstrata's own freeze)",
     )
     ap.add_argument(
         "--processes",
         type=int,
         default=1,
         help="MQTT: deal the nodes out to this many worker processes (mqtt_run(processes=))",
+    )
+    ap.add_argument(
+        "--signed",
+        action="store_true",
+        help="privacy.sign: true (both transports sign and verify every message)",
     )
     ap.add_argument("--timeout", type=float, default=900.0, help="MQTT wall-clock limit, s")
     ap.add_argument("--profile", action="store_true", help="cProfile the MQTT rounds phase")

@@ -49,6 +49,7 @@ except ImportError as exc:  # a usage error that names the extra, not a bug
     raise missing_extra("mqtt", "the MQTT transport", exc) from exc
 
 from fedstrata.broker.endpoint import Endpoint, parse_broker_url
+from fedstrata.broker.lane import Lane
 from fedstrata.mqtt import PROTOCOL_MQTT5, PROTOCOL_MQTT311, Will, publish_packet_size
 from fedstrata.nodes.events import (
     CancelTimer,
@@ -290,7 +291,7 @@ class _Lost:
 
     __slots__ = ("client", "error")
 
-    def __init__(self, error: BaseException, client: aiomqtt.Client) -> None:
+    def __init__(self, error: BaseException, client: Lane) -> None:
         self.error = error
         self.client = client
 
@@ -438,7 +439,7 @@ class NodeRunner:
         self._inbox: asyncio.Queue[Any] | None = None
         self._started = False
         self._jitter = random.Random()
-        self._client_now: aiomqtt.Client | None = None
+        self._client_now: Lane | None = None
         self._aborted = False
         self._lost_at: float | None = None
         self.crashed: str | None = None
@@ -563,10 +564,11 @@ class NodeRunner:
     async def _session(self) -> None:
         """One connection: run until the node finishes or the connection fails."""
         assert self._inbox is not None
-        async with self._client() as client:
+        async with self._client() as raw:
+            # the per-message path bypasses aiomqtt's (see fedstrata.broker.lane)
+            client = Lane(raw, self._deliver, lambda exc: self._inbox_put(_Lost(exc, client)))
             self._client_now = client
             self.traffic.connects += 1
-            reader = asyncio.create_task(self._read(client), name=f"read-{self.node_id}")
             try:
                 if self._lost_at is not None:
                     now = self.log.now()
@@ -614,11 +616,9 @@ class NodeRunner:
                     await self._carry_out(client)
             finally:
                 self._client_now = None
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-                    await reader
+                client.close()
 
-    async def _carry_out(self, client: aiomqtt.Client) -> None:
+    async def _carry_out(self, client: Lane) -> None:
         """Carry out the pending effects (:meth:`_drain`); a wrong one crashes the node.
 
         An effect the node got wrong (``Finished`` before other effects, an unknown
@@ -630,7 +630,7 @@ class NodeRunner:
         except (NodeProtocolError, ValueError, TypeError) as exc:
             self._crash(exc)
 
-    async def _republish(self, client: aiomqtt.Client) -> None:
+    async def _republish(self, client: Lane) -> None:
         """Publish the node's last message of every topic again (see ``republish``)."""
         for eff in list(self._last_publish.values()):
             await client.publish(
@@ -675,18 +675,9 @@ class NodeRunner:
         async with self._client(clear=True):
             self.traffic.clears += 1
 
-    async def _read(self, client: aiomqtt.Client) -> None:
+    def _deliver(self, topic: str, payload: bytes, qos: int) -> None:
         assert self._inbox is not None
-        try:
-            async for msg in client.messages:
-                payload = msg.payload
-                if isinstance(payload, bytearray | memoryview):
-                    payload = bytes(payload)
-                elif not isinstance(payload, bytes):
-                    payload = b"" if payload is None else str(payload).encode("utf-8")
-                self._inbox.put_nowait(("msg", msg.topic.value, payload, msg.qos))
-        except aiomqtt.MqttError as exc:
-            self._inbox.put_nowait(_Lost(exc, client))
+        self._inbox.put_nowait(("msg", topic, payload, qos))
 
     def _give_up(self, exc: BaseException, attempts: int) -> None:
         detail = str(exc).strip() or type(exc).__name__
@@ -781,7 +772,7 @@ class NodeRunner:
 
     # -- effects -----------------------------------------------------------------------
 
-    async def _drain(self, client: aiomqtt.Client) -> None:
+    async def _drain(self, client: Lane) -> None:
         """Carry out the pending effects in order; one that fails stays pending."""
         todo = self._todo
         while todo:

@@ -24,6 +24,7 @@ import queue
 import signal
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "Execution",
     "NodeOutcome",
     "ensure_open_files",
+    "long_lived_gc",
     "make_runners",
     "outcomes_of",
     "run_in_processes",
@@ -121,6 +123,30 @@ def ensure_open_files(n_nodes: int) -> None:
                 f"at most {hard} (raise it with 'ulimit -n {need}', or use --processes)"
             )
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+#: Allocations between two young collections while the nodes run (CPython's default: 700).
+YOUNG_GC_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def long_lived_gc() -> Iterator[None]:
+    """Collect garbage for a run's nodes: freeze what exists, collect the young rarely.
+
+    The federation (nodes, data, connections) lives for the whole run; frozen, the
+    cyclic collector never walks it again. The run's own garbage is mostly acyclic
+    (freed by reference counting), so young collections every 700 allocations only
+    re-scan live messages in flight: with 1,000 nodes they cost a tenth of a round.
+    The previous thresholds are restored afterwards (the frozen objects stay frozen:
+    they are the run's, and go with it).
+    """
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 #: Round deadlines a node waits for its aggregator before it gives up (see
@@ -336,17 +362,17 @@ def _worker(
             if not sync["start"].wait(_STARTUP_S):
                 return
             log.t0 = sync["t0"].value
-            gc.freeze()  # see run_mqtt: the long-lived objects are never collected again
-            timed_out, interrupted, wall = asyncio.run(
-                run_share(
-                    runners,
-                    sc.topology.cloud_id,
-                    log,
-                    timeout_s,
-                    root_done=sync["root_done"],
-                    stop=sync["stop"],
+            with long_lived_gc():
+                timed_out, interrupted, wall = asyncio.run(
+                    run_share(
+                        runners,
+                        sc.topology.cloud_id,
+                        log,
+                        timeout_s,
+                        root_done=sync["root_done"],
+                        stop=sync["stop"],
+                    )
                 )
-            )
         report = {
             "records": log.records,
             "byte_events": log.byte_events,

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import re
 import secrets
 import time
@@ -86,6 +85,7 @@ from fedstrata.scenarios.mqtt_counters import mqtt_volume, presence_traffic
 from fedstrata.scenarios.mqtt_nodes import (
     Execution,
     ensure_open_files,
+    long_lived_gc,
     make_runners,
     outcomes_of,
     run_in_processes,
@@ -280,15 +280,12 @@ class MqttTransport:
         log, runners = _make_runners(fed, self.broker_of, self.protocol, links)
         if self.monitor is not None:
             self.monitor.wait_ready()
-        # paho leaves a reference cycle per delivered message: with the federation's
-        # many long-lived objects frozen, collecting them is cheap (measured at 1,000
-        # nodes: GC time per round halved)
-        gc.freeze()
         interrupted = False
         try:
-            timed_out, wall = asyncio.run(
-                _run_nodes(fed, log, runners, self.timeout_s, self.progress)
-            )
+            with long_lived_gc():
+                timed_out, wall = asyncio.run(
+                    _run_nodes(fed, log, runners, self.timeout_s, self.progress)
+                )
         except KeyboardInterrupt:  # every node task was cancelled and disconnected
             interrupted, timed_out, wall = True, False, log.now()
         return Execution(

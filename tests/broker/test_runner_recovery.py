@@ -165,8 +165,11 @@ def test_the_idle_limit_does_not_count_the_nodes_own_computing(mosquitto):
         task = asyncio.create_task(runner.run())
         await _until(lambda: "r/down" in runner._subs)
         async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="slow-parent") as c:
+            sent = asyncio.get_running_loop().time()
             await c.publish("r/down", b"model", qos=1)  # handled for 1.2 s: longer than the limit
-            await asyncio.sleep(1.6)  # 0.4 s after the handling ended
+            # 0.4 s after the handling ended: the handling blocks this loop too, so the
+            # PUBACK may be read only after it, and the pause counts from the sending
+            await asyncio.sleep(sent + 1.6 - asyncio.get_running_loop().time())
             assert not task.done()
             await c.publish("r/down", b"model", qos=1)
         async with asyncio.timeout(10):

@@ -255,17 +255,26 @@ def write_labels(
     the scenario's dataset). With ``labels=None`` (no model) the label column is
     empty.
     """
-    buf = io.StringIO()
-    buf.write("client,index,label\n")
-    for client, idx in zip(clients, indices, strict=True):
-        order = np.sort(np.asarray(idx))
-        if labels is None:
-            buf.writelines(f"{client},{i},\n" for i in order.tolist())
-        else:
-            lab = labels[order].tolist()
-            buf.writelines(f"{client},{i},{y}\n" for i, y in zip(order.tolist(), lab, strict=True))
     with atomic_write(path) as fh:
-        fh.write(buf.getvalue())
+        fh.write("client,index,label\n")
+        chunk: list[str] = []  # written in chunks: a million clients' rows never in one string
+        for client, idx in zip(clients, indices, strict=True):
+            order = np.sort(np.asarray(idx))
+            if labels is None:
+                chunk.extend(f"{client},{i},\n" for i in order.tolist())
+            else:
+                lab = labels[order].tolist()
+                chunk.extend(
+                    f"{client},{i},{y}\n" for i, y in zip(order.tolist(), lab, strict=True)
+                )
+            if len(chunk) >= _LABEL_CHUNK:
+                fh.write("".join(chunk))
+                chunk.clear()
+        fh.write("".join(chunk))
+
+
+#: Rows of ``labels.csv`` gathered before each write.
+_LABEL_CHUNK = 65536
 
 
 def write_model(arrays: Mapping[str, np.ndarray], path: str | Path) -> None:

@@ -57,6 +57,21 @@ def test_labels_rows_follow_clients_then_ascending_index(tmp_path):
     assert (tmp_path / "none.csv").read_text() == "client,index,label\nc,0,\nc,1,\n"
 
 
+def test_labels_written_in_chunks_are_the_rows_written_at_once(tmp_path, monkeypatch):
+    import fedstrata.analysis.records as rec
+
+    rng = np.random.default_rng(0)
+    clients = [f"client-{j}" for j in range(50)]
+    indices = np.array_split(rng.permutation(400), 50)
+    labels = rng.integers(0, 4, size=400)
+    want = "client,index,label\n" + "".join(
+        f"{c},{i},{labels[i]}\n" for c, idx in zip(clients, indices) for i in sorted(idx)
+    )
+    monkeypatch.setattr(rec, "_LABEL_CHUNK", 7)  # many writes, one ending mid-client
+    write_labels(clients, indices, labels, tmp_path / "labels.csv")
+    assert (tmp_path / "labels.csv").read_text() == want
+
+
 def test_model_npz_needs_no_pickle(tmp_path):
     write_model({"centers_0": np.eye(2), "algorithm": np.str_("hk-mvfc")}, tmp_path / "m.npz")
     with np.load(tmp_path / "m.npz", allow_pickle=False) as m:

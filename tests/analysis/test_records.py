@@ -65,7 +65,9 @@ def test_labels_written_in_chunks_are_the_rows_written_at_once(tmp_path, monkeyp
     indices = np.array_split(rng.permutation(400), 50)
     labels = rng.integers(0, 4, size=400)
     want = "client,index,label\n" + "".join(
-        f"{c},{i},{labels[i]}\n" for c, idx in zip(clients, indices) for i in sorted(idx)
+        f"{c},{i},{labels[i]}\n"
+        for c, idx in zip(clients, indices, strict=True)
+        for i in sorted(idx)
     )
     monkeypatch.setattr(rec, "_LABEL_CHUNK", 7)  # many writes, one ending mid-client
     write_labels(clients, indices, labels, tmp_path / "labels.csv")

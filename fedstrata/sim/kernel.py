@@ -95,6 +95,10 @@ def _finite_nonneg(what: str, value: float) -> float:
     return float(value)
 
 
+#: Allocations between young garbage collections during a run (CPython's default: 700).
+YOUNG_GC_THRESHOLD = 50_000
+
+
 class Simulation:
     """A federation in virtual time.
 
@@ -376,13 +380,19 @@ class Simulation:
         # Objects alive now (nodes, ports, brokers) live through the run: move them out of
         # the collector's sight (gc.freeze) so full collections do not rescan them; ~5%
         # of a 10,000-node run. Undone at the end; skipped if someone else froze objects.
+        # The run's own garbage is mostly acyclic (freed by reference counting): young
+        # collections every YOUNG_GC_THRESHOLD allocations instead of 700 only re-scan
+        # fewer live messages (another ~6% at 10,000 clients). Restored at the end.
         freeze = gc.isenabled() and gc.get_freeze_count() == 0
+        before = gc.get_threshold()
         if freeze:
             gc.freeze()
+            gc.set_threshold(max(before[0], YOUNG_GC_THRESHOLD), *before[1:])
         try:
             self._loop(until, progress, progress_every)
         finally:
             if freeze:
+                gc.set_threshold(*before)
                 gc.unfreeze()
         if progress is not None:
             progress(env.now)

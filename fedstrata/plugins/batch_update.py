@@ -24,7 +24,7 @@ import numpy as np
 
 from fedstrata.algorithms.multiview import PreparedViews
 
-__all__ = ["StackedViews", "stack_views", "update_batch"]
+__all__ = ["StackCache", "StackedViews", "stack_views", "update_batch"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,30 @@ def stack_views(pvs: Sequence[PreparedViews]) -> StackedViews:
     )
 
 
+class StackCache:
+    """Stacked views by the clients they stack (a cohort stacks the same ones each round).
+
+    Holds the prepared views it stacked, so their ids stay theirs while remembered;
+    ``entries`` stacks at most (the oldest forgotten first).
+    """
+
+    def __init__(self, entries: int = 4096) -> None:
+        self.entries = entries
+        self._stacks: dict[tuple[int, ...], tuple[list[PreparedViews], StackedViews]] = {}
+
+    def get(self, pvs: list[PreparedViews]) -> StackedViews:
+        """The stack of ``pvs`` (made once per distinct list of prepared views)."""
+        key = tuple(map(id, pvs))
+        got = self._stacks.get(key)
+        if got is not None:
+            return got[1]
+        stacked = stack_views(pvs)
+        if len(self._stacks) >= self.entries:
+            del self._stacks[next(iter(self._stacks))]
+        self._stacks[key] = (pvs, stacked)
+        return stacked
+
+
 def update_batch(
     algorithm: Any,
     learners: Sequence[Any],
@@ -84,12 +108,14 @@ def update_batch(
     lean: Callable[..., Any],
     learner_type: type,
     max_samples: int,
+    stacks: StackCache | None = None,
 ) -> list[tuple[dict[str, Any], float] | None]:
     """Each learner's ``update(body)``, computed in stacked groups; None where not batched.
 
     ``algorithm`` is the rule-``sum`` multi-view plug-in, ``lean`` its
     :func:`~fedstrata.plugins.multiview.lean_statistics`, ``learner_type`` its learner
-    class and ``max_samples`` the largest client the lean step takes.
+    class and ``max_samples`` the largest client the lean step takes; ``stacks``
+    remembers the stacked views of the groups it has seen.
     """
 
     def batchable(learner: Any) -> bool:  # exactly the plain lean step
@@ -115,7 +141,9 @@ def update_batch(
     H = algorithm.shape.n_views
     for (n, view_ids), members in groups.items():
         chosen = [learners[i] for i in members]
-        num, den, costs, mass, J = lean(stack_views([m.prepared() for m in chosen]), glob, model)
+        pvs = [m.prepared() for m in chosen]
+        stacked = stack_views(pvs) if stacks is None else stacks.get(pvs)
+        num, den, costs, mass, J = lean(stacked, glob, model)
         counts = np.zeros(H, dtype=np.int64)
         counts[list(view_ids)] = n
         for b, (i, learner) in enumerate(zip(members, chosen, strict=True)):

@@ -68,7 +68,7 @@ from fedstrata.plugins._setup import (
     SharedSetupRound,
     setup_body,
 )
-from fedstrata.plugins.batch_update import update_batch
+from fedstrata.plugins.batch_update import StackCache, update_batch
 from fedstrata.plugins.global_models import GlobalModel, GlobalModels, read_global
 from fedstrata.plugins.messages import (
     Shape,
@@ -639,6 +639,7 @@ class StatisticsAlgorithm(_MultiView):
     def __init__(self, model: MultiViewModel, protocol: ProtocolConfig, shape: Shape) -> None:
         super().__init__(model, protocol, shape)
         self.name = f"{_family(model)}/sum"
+        self._stacks = StackCache()
 
     def update_batch(
         self, learners: Sequence[Learner], body: dict[str, Any]
@@ -651,6 +652,7 @@ class StatisticsAlgorithm(_MultiView):
             lean=lean_statistics,
             learner_type=MultiViewLearner,
             max_samples=LEAN_MAX_SAMPLES,
+            stacks=self._stacks,
         )
 
     def secure_layout(self) -> Layout:

@@ -84,7 +84,8 @@ def measure(clients: int, fogs: int, rounds: int, batch: bool = True, samples: i
 
     cli.ClientNode.handle = handle
     t0, c0 = time.perf_counter(), time.process_time()
-    fed, summary, _ = simulate(sc, batch=batch)
+    # an older tree (--baseline) has no batch option: the default is asked for by omission
+    fed, summary, _ = simulate(sc) if batch else simulate(sc, batch=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     cli.ClientNode.handle = original
     return {

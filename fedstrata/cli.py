@@ -251,6 +251,40 @@ def validate(
         raise typer.Exit(1)
 
 
+def _check_transport_options(
+    transport: str,
+    processes: int,
+    no_batch: bool,
+    emulate_links: bool,
+    insecure: bool,
+    keys_dir: Path | None,
+) -> None:
+    """Refuse ``fedstrata run`` options that the chosen transport does not have."""
+    if transport not in ("sim", "mqtt"):
+        raise typer.BadParameter(
+            f"{transport!r} is not one of 'sim', 'mqtt'", param_hint="'--transport'"
+        )
+    if processes != 1 and transport != "mqtt":
+        raise typer.BadParameter(
+            "--processes needs --transport mqtt (the simulator runs in one process)",
+            param_hint="'--processes'",
+        )
+    if no_batch and transport != "sim":
+        raise typer.BadParameter(
+            "--no-batch is for the simulator (--transport sim)", param_hint="'--no-batch'"
+        )
+    if emulate_links and transport != "mqtt":
+        raise typer.BadParameter(
+            "--emulate-links needs --transport mqtt (the simulator always models the links)",
+            param_hint="'--emulate-links'",
+        )
+    for name, given in (("--insecure", insecure), ("--keys", keys_dir is not None)):
+        if given and transport != "mqtt":  # the simulator signs as privacy.sign says
+            raise typer.BadParameter(f"{name} needs --transport mqtt", param_hint=f"'{name}'")
+    if insecure and keys_dir is not None:
+        raise typer.BadParameter("--keys signs the run: drop --insecure", param_hint="'--keys'")
+
+
 @app.command()
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO", help="Scenario file (YAML)."),
@@ -338,29 +372,7 @@ def run(
     from fedstrata.scenarios.loader import ScenarioErrors, load_scenario
     from fedstrata.scenarios.run import run_scenario
 
-    if transport not in ("sim", "mqtt"):
-        raise typer.BadParameter(
-            f"{transport!r} is not one of 'sim', 'mqtt'", param_hint="'--transport'"
-        )
-    if processes != 1 and transport != "mqtt":
-        raise typer.BadParameter(
-            "--processes needs --transport mqtt (the simulator runs in one process)",
-            param_hint="'--processes'",
-        )
-    if no_batch and transport != "sim":
-        raise typer.BadParameter(
-            "--no-batch is for the simulator (--transport sim)", param_hint="'--no-batch'"
-        )
-    if emulate_links and transport != "mqtt":
-        raise typer.BadParameter(
-            "--emulate-links needs --transport mqtt (the simulator always models the links)",
-            param_hint="'--emulate-links'",
-        )
-    for name, given in (("--insecure", insecure), ("--keys", keys_dir is not None)):
-        if given and transport != "mqtt":  # the simulator signs as privacy.sign says
-            raise typer.BadParameter(f"{name} needs --transport mqtt", param_hint=f"'{name}'")
-    if insecure and keys_dir is not None:
-        raise typer.BadParameter("--keys signs the run: drop --insecure", param_hint="'--keys'")
+    _check_transport_options(transport, processes, no_batch, emulate_links, insecure, keys_dir)
     tracking = _Tracking(track)
     endpoint = _endpoint_option(
         transport, broker, broker_ca, broker_cert, broker_key, broker_user, run_id

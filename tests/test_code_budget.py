@@ -50,7 +50,6 @@ KNOWN_COMPLEX: dict[str, int] = {
     "fedstrata/broker/runner.py::NodeRunner._drain": 18,
     "fedstrata/broker/runner.py::NodeRunner._session": 12,
     "fedstrata/cli.py::compare": 12,
-    "fedstrata/cli.py::run": 12,
     "fedstrata/cli.py::study": 16,
     "fedstrata/cli.py::sweep": 20,
     "fedstrata/device/command.py::_node": 11,

@@ -119,12 +119,14 @@ def update_batch(
     """
 
     def batchable(learner: Any) -> bool:  # exactly the plain lean step
+        if type(learner) is not learner_type:
+            return False
+        it: Any = learner  # (type(x) is T narrows x to object for the type checker)
         return (
-            type(learner) is learner_type
-            and learner.algorithm is algorithm
-            and learner._frame is None
-            and bool(learner.view_ids)
-            and learner.n_samples <= max_samples
+            it.algorithm is algorithm
+            and it._frame is None
+            and bool(it.view_ids)
+            and it.n_samples <= max_samples
         )
 
     out: list[tuple[dict[str, Any], float] | None] = [None] * len(learners)

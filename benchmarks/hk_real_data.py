@@ -10,7 +10,8 @@ included):
   views, each feature standardized (standardization inside the timing);
 * ``HKMVFC defaults``: ``HKMVFC(n_clusters=10)`` on the raw views;
 * ``HKMVFC preset=paper``: ``HKMVFC(n_clusters=10, preset="paper")``, the paper's
-  Algorithm 1 (m = 2, α = 5, Type 1, Eq. 16 centres, 10 restarts);
+  Algorithm 1 (m = 2, α = 5, Type 1 as printed for its federated analysis, Eq. 16
+  centres) with the project's 10 restarts keeping the best;
 * ``MVFCM m=1.25``: Euclidean multi-view fuzzy c-means on the raw views;
 * ``MVKMED (std)``: MVKM-ED on the standardized views (raw views overflow its β);
 * ``HKMVFC federated``: :func:`fedstrata.algorithms.federated_fit` with the

@@ -1,12 +1,15 @@
 """Deep hybrid-view federated clustering (FMCSC, EFD-MVC) next to the papers' figures.
 
 Runs the scenario files of ``scenarios/papers`` on the UCI multiple features (2,000
-handwritten digits, 6 views, 10 classes; the papers' "HW" and "UCI" rows), 12 clients:
+handwritten digits, 6 views, 10 classes) over 12 clients, the project's choice of data
+and client count. The EFD-MVC paper's "HW" and "UCI" rows are two different data sets
+it does not describe, shown for orientation only; the FMCSC paper uses neither:
 
 * EFD-MVC's uncertainty setting ("Enhanced Federated Deep Multi-View Clustering under
   Uncertainty Scenario", Wei et al., AAAI 2026, Table 1): random view subsets
   (``deep-random-views.yaml``: 2 full-view, 8 partial-view, 2 single-view clients, the
-  expected mix of the paper's |V_k| ~ U{1..V} draw), partitions IID and Dirichlet
+  expected mix if the paper's random |V_k| in [1, V] is read as uniform, the project's
+  reading), partitions IID and Dirichlet
   β = 1, 10, 100 (``deep-random-views-dir{1,10,100}.yaml``);
 * FMCSC's multi-view to single-view client ratios 2:1, 1:1, 1:2 ("Bridging Gaps:
   Federated Multi-View Clustering in Heterogeneous Hybrid Views", Chen et al., NeurIPS
@@ -16,8 +19,8 @@ Each setting's population is clustered by FMCSC, EFD-MVC, HK-MVFC (``preset: rea
 MV-FCM (``mvfcm``), both with the sum rule and the protocol of ``hybrid-2to1.yaml``, and,
 as a centralized reference that sees every view of every sample, scikit-learn's KMeans on
 the standardized concatenation of all six views. Scores are the run's final labels over
-all clients (as ``fedstrata run`` scores them). The table also gives the papers' numbers
-where they exist, the wall time and the bytes on the wire of each run.
+all clients (as ``fedstrata run`` scores them). The table also gives the EFD-MVC paper's Table 1
+figures (for FMCSC, EFD-MVC's runs of it) where they exist, the wall time and the bytes on the wire of each run.
 
 Usage::
 

@@ -1,5 +1,11 @@
 """HK-MVFC's named settings: the defaults that hold up on real data, and the paper's.
 
+``"paper"`` takes m = 2, α = 5 and Type 1 coefficients from the one place the
+FedHK-MVFC paper prints them, its federated two-client analysis (§6.6.2); Algorithm 1
+itself asks only for m > 1 and α > 1. Eq. 16 centres and |ΔJ| < tol are Algorithm 1's.
+The k-means start and keeping the best of 10 restarts are the project's choices: the
+paper averages ten runs from random initialisations (§6.5).
+
 Kept apart from the estimator (which loads scikit-learn) so that a scenario's model can
 be built from them without it. See :class:`fedstrata.algorithms.HKMVFC` for what each
 setting does and why.
@@ -22,7 +28,8 @@ DEFAULTS: dict[str, Any] = {
     "n_init": 1,
     "init": "kmeans-best",
 }
-#: Named presets: ``"paper"`` is the FedHK-MVFC paper's Algorithm 1 (the pre-0.x defaults).
+#: Named presets: ``"paper"`` is the FedHK-MVFC paper's Algorithm 1 with the settings of its
+#: federated analysis and the project's restarts (the pre-0.x defaults; see above).
 PRESETS: dict[str | None, dict[str, Any]] = {
     None: DEFAULTS,
     "real-data": DEFAULTS,  # the defaults by name (scenario files: algorithm.preset)

@@ -52,8 +52,9 @@ class _DeepSettings(AlgorithmSettings):
     ``kmeans_rounds`` (most Lloyd rounds of the final k-means). Defaults: hidden [256,
     256], latent 20, head 256, pretrain_rounds 4, train_rounds 5, pretrain_epochs 50,
     local_epochs 10, batch_size 256, lr 0.001, temperature 0.5, kmeans_rounds 20; the
-    papers' settings are hidden [500, 500, 2000], pretrain_epochs 250, local_epochs 25
-    and lr 0.0003. A run takes at least ``pretrain_rounds + train_rounds + 2`` protocol
+    FMCSC paper's settings are hidden [500, 500, 2000], pretrain_epochs 250, local_epochs
+    25 and lr 0.0003 (the EFD-MVC paper gives none); the defaults are the project's. A run takes at
+    least ``pretrain_rounds + train_rounds + 2`` protocol
     rounds (pre-training, training, k-means candidates, one Lloyd round), with rule
     ``sum`` and synchronous rounds. The networks' initial weights come from the
     scenario's ``seed``.

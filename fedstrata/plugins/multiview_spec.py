@@ -38,7 +38,8 @@ class HkMvfcSettings(AlgorithmSettings):
 
     The fuzzifier ``m`` lies in ``(1, 50]``, the view-weight exponent ``alpha`` in
     ``(1, 1000]``. ``preset``: unset or ``paper`` is the FedHK-MVFC paper's Algorithm 1
-    (m 2, alpha 5, type1, paper centres: what scenario files have always meant);
+    with the settings printed for its federated two-client analysis (m 2, alpha 5,
+    type1) and paper centres: what scenario files have always meant;
     ``real-data`` is what holds up on real multi-view data, the ``HKMVFC`` estimator's
     defaults (m ``auto``, alpha 50, no per-sample coefficients but a Gaussian heat kernel
     of ``bandwidth`` 8 in units of the pooled feature variances, ``standardize`` true,

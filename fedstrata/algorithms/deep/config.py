@@ -15,11 +15,13 @@ Two methods, both for federations whose clients hold different subsets of the vi
     (Eq. 8, a MOON contrast plus a FedProx term) and balanced aggregation weights
     ``α_c n_c`` with ``α_c = |V_c| / V`` (Eqs. 9-10).
 
-The papers' networks (Fc500-Fc500-Fc2000 encoders, 250 pre-training and 25 local
-epochs) cost minutes per client-round on a CPU; the defaults here are a smaller network
-and fewer epochs that run the multiple-features setting in minutes on two cores.
-``hidden=(500, 500, 2000)``, ``pretrain_epochs=250``, ``local_epochs=25`` and
-``lr=3e-4`` are the papers' settings.
+FMCSC's network (Fc500-Fc500-Fc2000 encoders, 250 pre-training and 25 local epochs,
+its Appendix D.2) costs minutes per client-round on a CPU; the defaults here are the
+project's choice, a smaller network and fewer epochs that run the multiple-features
+setting in minutes on two cores. ``hidden=(500, 500, 2000)``, ``pretrain_epochs=250``,
+``local_epochs=25`` and ``lr=3e-4`` are FMCSC's settings. The EFD-MVC paper gives no
+network size, epochs, learning rate, batch size, temperature or rounds; only α = 0.5
+and μ = 0.01.
 """
 
 from __future__ import annotations
@@ -55,11 +57,12 @@ class DeepModel:
     """What a deep hybrid-view run trains: method, network sizes and the schedule.
 
     ``hidden``: widths of each view's encoder layers (the decoder mirrors them);
-    ``latent``: the per-view code size (20 in both papers); ``head``: the width of the
+    ``latent``: the per-view code size (20 in FMCSC's paper; EFD-MVC's gives none);
+    ``head``: the width of the
     projection heads ℋ^v and the fusion ℋ. A run has ``pretrain_rounds`` consensus
-    pre-training rounds (reconstruction only, ``pretrain_epochs`` each, averaged; the
-    papers relay one client's pre-trained network through the others, which a
-    synchronous round cannot, and one averaging round of independent pre-training
+    pre-training rounds (reconstruction only, ``pretrain_epochs`` each, averaged; in
+    FMCSC's paper the first multi-view client to finish hands its autoencoders to the
+    others, which a synchronous round cannot do, and one averaging round of independent pre-training
     lost half the ARI of four on the digits), ``train_rounds`` training rounds of
     ``local_epochs`` each (FMCSC multi-view clients also fit ``copy_epochs`` on each
     single-view global model, Eq. 6), then federated k-means on the final embeddings:

@@ -17,8 +17,9 @@ rounds and names the phase of the next one (:func:`phase_of`):
 * ``lloyd``: clients send per-cluster sums and counts of their features; the server's
   Lloyd step moves the centres, until they stop moving or ``kmeans_rounds`` pass.
 
-This federated k-means replaces the papers' last step (FMCSC: local k-means aligned
-to client 0's centres; EFD-MVC: the server clusters every uploaded feature), so that no
+This federated k-means replaces the papers' last step (FMCSC: local k-means per
+client, results concatenated; the alignment to client 0's centres is in its released
+code, not its paper; EFD-MVC: the server clusters every uploaded feature), so that no
 sample's feature leaves its client.
 """
 

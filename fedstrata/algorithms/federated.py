@@ -163,8 +163,9 @@ def federated_fit(
     client_views
         One list of (n_ℓ, d_h) arrays per client.
     n_clusters, m, alpha, kernel, center_update, bandwidth, standardize, view_balance
-        As :class:`~fedstrata.algorithms.HKMVFC`; the defaults here are the paper's
-        (:class:`~fedstrata.algorithms.HKMVFC` with ``preset="paper"``). ``m="auto"``
+        As :class:`~fedstrata.algorithms.HKMVFC`; the defaults here are those of
+        ``preset="paper"`` (the settings the FedHK-MVFC paper prints for its federated
+        two-client analysis: m = 2, α = 5, Type 1, the Eq. 16 centre update). ``m="auto"``
         resolves by :func:`~fedstrata.algorithms.multiview.auto_fuzzifier` from the
         pooled sample count (the sum of the clients' counts).
     rule

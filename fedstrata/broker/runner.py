@@ -467,10 +467,16 @@ class NodeRunner:
         failures = 0
         try:
             while not self.finished and not self._aborted:
+                _raise_if_cancelled()
                 try:
                     await self._session()
                     failures = 0
                 except (aiomqtt.MqttError, OSError) as exc:
+                    # a cancelled session whose DISCONNECT failed (not answered in time,
+                    # a broken socket) raises that error instead of CancelledError: it is
+                    # a stop, not a lost connection to reconnect (a run would go on after
+                    # Ctrl-C)
+                    _raise_if_cancelled()
                     if self._aborted:
                         break
                     if self._lost_at is None:

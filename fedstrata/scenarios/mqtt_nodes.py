@@ -43,6 +43,7 @@ from fedstrata.scenarios.schema import Scenario
 
 __all__ = [
     "GRACE_S",
+    "STOP_S",
     "Execution",
     "NodeOutcome",
     "ensure_open_files",
@@ -55,6 +56,8 @@ __all__ = [
 
 #: How long the other nodes may take to finish after the root did.
 GRACE_S = 5.0
+#: How long stopped nodes may take to disconnect before they are aborted.
+STOP_S = 15.0
 #: How long a worker may take to start and build its nodes.
 _STARTUP_S = 300.0
 
@@ -277,13 +280,33 @@ async def run_share(
                 break
             await asyncio.wait(pending, timeout=clock.wake(now), return_when="FIRST_COMPLETED")
     finally:
-        for t in tasks.values():
-            t.cancel()
-        ends = await asyncio.gather(*tasks.values(), return_exceptions=True)
-    for end in ends:
-        if isinstance(end, BaseException) and not isinstance(end, asyncio.CancelledError):
+        await _stop(tasks, runners)
+    for t in tasks.values():
+        end = None if not t.done() or t.cancelled() else t.exception()
+        if end is not None:
             raise end  # a node broke its protocol or a bug: not a run outcome
     return clock.timed_out, clock.interrupted, log.now() if clock.wall is None else clock.wall
+
+
+async def _stop(tasks: dict[str, asyncio.Task[Any]], runners: dict[str, Any]) -> None:
+    """Cancel the node tasks and wait for them, at most ``2 * STOP_S``.
+
+    A cancelled node disconnects (its DISCONNECT waits for the broker); one that
+    has not ended after ``STOP_S`` is aborted (its socket shut, as a crash) and
+    cancelled again, so that a stop (Ctrl-C) never waits on the network for good.
+    """
+    if not tasks:
+        return
+    for t in tasks.values():
+        t.cancel()
+    _, late = await asyncio.wait(tasks.values(), timeout=STOP_S)
+    if not late:
+        return
+    for nid, t in tasks.items():
+        if not t.done():
+            runners[nid].abort()
+            t.cancel()
+    await asyncio.wait(late, timeout=STOP_S)
 
 
 @dataclass

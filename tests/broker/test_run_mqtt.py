@@ -1,8 +1,11 @@
 """Scenarios over a real Mosquitto: the same model as the simulator, the same record."""
 
+import contextlib
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -205,9 +208,18 @@ def test_cli_usage_errors_exit_2(tmp_path, args):
     assert "Traceback" not in res.stderr
 
 
-def test_cli_ctrl_c_leaves_an_interrupted_record(mosquitto, tmp_path):
-    import signal
+def _kill_if_running(proc):
+    """Kill a run that did not stop, and its worker processes (its session).
 
+    Left alive it would go on publishing on the shared broker, into later tests.
+    """
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def test_cli_ctrl_c_leaves_an_interrupted_record(mosquitto, tmp_path):
     path = tmp_path / "long.yaml"
     path.write_text(
         FLAT.format(seed=1).replace("rounds: 12, tol: 1.0e-6", "rounds: 100000, tol: 0.0")
@@ -228,10 +240,14 @@ def test_cli_ctrl_c_leaves_an_interrupted_record(mosquitto, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its workers too can be killed if it hangs
     )
-    _wait_for_live_models(mosquitto, "fs/+/cloud/+/down", 3)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        _wait_for_live_models(mosquitto, "fs/+/cloud/+/down", 3)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        _kill_if_running(proc)
     assert "interrupted" in stdout, (proc.returncode, stderr)
     assert "Traceback" not in stderr
     assert proc.returncode == 130, stderr
@@ -303,8 +319,6 @@ def test_nodes_spread_over_processes_give_the_same_run(mosquitto):
 
 
 def test_cli_ctrl_c_with_processes_stops_the_workers(mosquitto, tmp_path):
-    import signal
-
     path = tmp_path / "long.yaml"
     path.write_text(
         FLAT.format(seed=1).replace("rounds: 12, tol: 1.0e-6", "rounds: 100000, tol: 0.0")
@@ -316,10 +330,14 @@ def test_cli_ctrl_c_with_processes_stops_the_workers(mosquitto, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its workers too can be killed if it hangs
     )
-    _wait_for_live_models(mosquitto, "fs/ctrlc-processes/cloud/+/down", 3)
-    proc.send_signal(signal.SIGTERM)  # as a service manager stops it
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+        _wait_for_live_models(mosquitto, "fs/ctrlc-processes/cloud/+/down", 3)
+        proc.send_signal(signal.SIGTERM)  # as a service manager stops it
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        _kill_if_running(proc)
     assert "interrupted" in stdout
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr

@@ -106,3 +106,37 @@ def test_ctrl_c_at_any_moment_ends_the_run(mosquitto, tmp_path, delay_s):
     summary = out / "summary.json"
     if summary.exists():  # interrupted once the nodes ran: the record says so
         assert json.loads(summary.read_text())["status"] == "interrupted"
+
+
+class _Deaf:
+    """A node runner that ignores cancellation until it is aborted."""
+
+    def __init__(self) -> None:
+        self.aborted = False
+
+    async def run(self) -> None:
+        while not self.aborted:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def test_a_share_stops_even_when_a_node_ignores_its_cancellation(monkeypatch):
+    from fedstrata.broker.runner import RunLog
+    from fedstrata.scenarios import mqtt_nodes
+
+    monkeypatch.setattr(mqtt_nodes, "STOP_S", 0.2)
+    deaf = _Deaf()
+
+    async def main() -> tuple[bool, bool, float]:
+        async with asyncio.timeout(10):
+            return await mqtt_nodes.run_share({"root": deaf}, "root", RunLog(), 0.1)
+
+    start = time.monotonic()
+    timed_out, _, _ = asyncio.run(main())
+    assert deaf.aborted and timed_out
+    assert time.monotonic() - start < 3.0

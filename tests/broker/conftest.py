@@ -42,3 +42,15 @@ def mosquitto():
     _need_mosquitto()
     with PrivateBroker() as broker:
         yield broker
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a run a test interrupts: SIGINT as a terminal would deliver it.
+
+    A disposition or mask the test worker inherited or picked up (an ignored SIGINT
+    survives exec) must not decide whether the spawned run hears Ctrl-C.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

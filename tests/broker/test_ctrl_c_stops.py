@@ -23,6 +23,7 @@ import pytest
 
 from fedstrata.broker.runner import NodeRunner
 from fedstrata.nodes.events import Event, Started, Subscribe
+from tests.broker.conftest import default_sigint
 
 EXE = shutil.which("fedstrata")
 
@@ -91,6 +92,7 @@ def test_ctrl_c_at_any_moment_ends_the_run(mosquitto, tmp_path, delay_s):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_sigint,
     )
     try:
         time.sleep(delay_s)

@@ -18,6 +18,7 @@ import pytest
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run import run_scenario, simulate
 from fedstrata.scenarios.run_mqtt import mqtt_run, run_scenario_mqtt
+from tests.broker.conftest import default_sigint
 
 pytestmark = pytest.mark.broker
 
@@ -241,6 +242,7 @@ def test_cli_ctrl_c_leaves_an_interrupted_record(mosquitto, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its workers too can be killed if it hangs
+        preexec_fn=default_sigint,
     )
     try:
         _wait_for_live_models(mosquitto, "fs/+/cloud/+/down", 3)
@@ -331,6 +333,7 @@ def test_cli_ctrl_c_with_processes_stops_the_workers(mosquitto, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its workers too can be killed if it hangs
+        preexec_fn=default_sigint,
     )
     try:
         _wait_for_live_models(mosquitto, "fs/ctrlc-processes/cloud/+/down", 3)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.broker.conftest import default_sigint
+
 ROOT = Path(__file__).resolve().parents[1]
 EXE = shutil.which("fedstrata")
 
@@ -219,6 +221,7 @@ def test_ctrl_c_leaves_a_valid_interrupted_record(tmp_path, sig):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 60
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import _need_mosquitto
+from tests.broker.conftest import _need_mosquitto, default_sigint
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +41,7 @@ def _interrupt(tmp_path: Path, *extra: str) -> tuple[float, float, str, str, int
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     time.sleep(5.0)  # well into the rounds (setup takes about a second)
     assert proc.poll() is None, proc.communicate()

@@ -24,12 +24,14 @@ figures (for FMCSC, EFD-MVC's runs of it) where they exist, the wall time and th
 
 Usage::
 
-    python benchmarks/reproduce_deep.py [--seeds N] [--smoke] [--only M,...] [--write-docs]
+    python benchmarks/reproduce_deep.py [--seeds N] [--smoke] [--only M,...]
+                                        [--settings STEM,...] [--write-docs]
 
 ``--seeds N``: seeds 0..N-1 (default 1: a deep run takes about a minute on 2 cores, the
 whole table about 20 minutes). ``--smoke``: seed 0, two settings, tiny networks and capped
 rounds (well under a minute). ``--only``: a comma list of methods among fmcsc, efd-mvc,
-hk-mvfc, mvfcm, kmeans. ``--write-docs``: put the table into ``docs/reproductions.md``
+hk-mvfc, mvfcm, kmeans; ``--settings``: a comma list of the scenario stems below
+(e.g. ``deep-random-views`` for EFD-MVC's IID column alone). ``--write-docs``: put the table into ``docs/reproductions.md``
 between the ``reproduce_deep`` markers (appending a section with them if missing).
 Runs go one after another (the deep ones use both cores).
 """
@@ -182,6 +184,7 @@ def _kmeans(stem: str, seed: int) -> dict[str, Any]:
         "ari": ari(y, pred),
         "composition": "-",
         "seconds": time.perf_counter() - t0,
+        "cpu_per_round": float("nan"),
     }
 
 
@@ -191,8 +194,9 @@ def run_one(stem: str, method: str, seed: int, smoke: bool) -> dict[str, Any]:
         return _kmeans(stem, seed)
     sc = _scenario(stem, method, smoke)
     data = prepare_data(sc, seed=seed)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _, summary, _ = simulate(sc, seed=seed)
+    cpu = time.process_time() - c0
     return {
         "status": summary["status"],
         "rounds": summary["rounds"],
@@ -202,6 +206,7 @@ def run_one(stem: str, method: str, seed: int, smoke: bool) -> dict[str, Any]:
         "ari": summary["metrics"]["ari"],
         "composition": _composition(data.held, data.dataset.n_views),
         "seconds": time.perf_counter() - t0,
+        "cpu_per_round": cpu / max(1, summary["rounds"]),
     }
 
 
@@ -218,9 +223,10 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
 
 def table(results: dict[tuple[str, str], list[dict[str, Any]]], methods: list[str]) -> str:
     head = (
-        "| setting | method | clients full/partial/single | ACC | NMI | ARI "
-        "| paper HW ACC/NMI/ARI | paper UCI ACC/NMI/ARI | status | rounds | wall s | bytes |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| setting | method | clients full/partial/single | ACC | NMI | ARI | ARI min "
+        "| paper HW ACC/NMI/ARI | paper UCI ACC/NMI/ARI | status | rounds | wall s "
+        "| CPU s/round | bytes |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for label, stem, column in SETTINGS:
@@ -232,11 +238,13 @@ def table(results: dict[tuple[str, str], list[dict[str, Any]]], methods: list[st
             statuses = ", ".join(sorted({r["status"] for r in rows}))
             byt = "-" if method == "kmeans" else f"{_mean(rows, 'bytes'):,.0f}"
             rnd = "-" if method == "kmeans" else f"{_mean(rows, 'rounds'):.1f}"
+            cpu = "-" if method == "kmeans" else f"{_mean(rows, 'cpu_per_round'):.2f}"
+            ari_min = min(float(r["ari"]) for r in rows)
             lines.append(
                 f"| {label} | {METHODS[method]} | {comp} | {_mean(rows, 'acc'):.3f} "
-                f"| {_mean(rows, 'nmi'):.3f} | {_mean(rows, 'ari'):.3f} "
+                f"| {_mean(rows, 'nmi'):.3f} | {_mean(rows, 'ari'):.3f} | {ari_min:.3f} "
                 f"| {_paper(method, column, 'HW')} | {_paper(method, column, 'UCI')} "
-                f"| {statuses} | {rnd} | {_mean(rows, 'seconds'):.1f} | {byt} |"
+                f"| {statuses} | {rnd} | {_mean(rows, 'seconds'):.1f} | {cpu} | {byt} |"
             )
     return "\n".join(lines)
 
@@ -262,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 (default 1)")
     p.add_argument("--smoke", action="store_true", help="seed 0, 2 settings, tiny networks")
     p.add_argument("--only", help=f"comma list of methods among {', '.join(METHODS)}")
+    p.add_argument(
+        "--settings",
+        help="comma list of scenario stems to run (default all: "
+        + ", ".join(stem for _, stem, _ in SETTINGS)
+        + ")",
+    )
     p.add_argument("--write-docs", action="store_true", help=f"write the table into {DOCS}")
     args = p.parse_args(argv)
     if args.seeds < 1:
@@ -274,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--only: unknown methods {unknown}; known: {', '.join(METHODS)}")
     seeds = [0] if args.smoke else list(range(args.seeds))
     stems = [s for _, s, _ in SETTINGS if not args.smoke or s in SMOKE_SETTINGS]
+    if args.settings:
+        chosen = [s.strip() for s in args.settings.split(",") if s.strip()]
+        unknown = [s for s in chosen if s not in {stem for _, stem, _ in SETTINGS}]
+        if unknown or not chosen:
+            p.error(f"--settings: unknown {unknown}; known: {', '.join(s for _, s, _ in SETTINGS)}")
+        stems = [s for s in stems if s in chosen]
     t0 = time.perf_counter()
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     n_runs = len(stems) * len(methods) * len(seeds)
@@ -302,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         + f"; {n_runs} runs in {total:.0f} s. Paper columns: EFD-MVC paper Table 1, "
         "ACC/NMI/ARI as fractions (FMCSC's as reported there); '-' where no paper figure "
         "exists. Wall s: seconds per run on this machine (2 cores), building the "
-        "federation (data loading) included. Bytes: everything on the wire until the run "
+        "federation (data loading) included. CPU s/round: this process's CPU time "
+        "(all threads) over the run divided by its rounds, pre-training and k-means "
+        "rounds included. Bytes: everything on the wire until the run "
         "stopped."
     )
     print(text)

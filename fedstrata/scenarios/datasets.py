@@ -644,7 +644,13 @@ DATASETS: dict[str, Callable[..., MultiViewDataset]] = {
     "heat-kernel-synthetic": heat_kernel_synthetic,
     "multiple-features": multiple_features,
 }
-"""Dataset names usable in scenario files, mapped to their loader functions."""
+"""Dataset names usable in scenario files, mapped to their loader functions.
+
+:mod:`fedstrata.scenarios.real_sets` adds the held-out sets (``breast-cancer``, ``digits``,
+``iris``, ``nutrimouse``, ``fed-mvkm-dha-like``); the package imports it first."""
+
+FIXED_SIZES: dict[str, int] = {}
+"""Sample counts of registered datasets whose size no parameter changes."""
 
 
 def load_dataset(name: str, **kwargs: object) -> MultiViewDataset:
@@ -707,7 +713,7 @@ def dataset_size(name: str, **kwargs: object) -> int | None:
         return 4 * int(n)
     if name == "multiple-features":
         return 2000
-    return None
+    return FIXED_SIZES.get(name)
 
 
 # --------------------------------------------------------------------------------------------

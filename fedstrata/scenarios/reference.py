@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from fedstrata.plugins.spec import AlgorithmSettings, Capabilities, algorithm_plugins
+from fedstrata.scenarios.datasets import DATASETS
 from fedstrata.scenarios.schema import Scenario
 
 __all__ = ["scenario_reference"]
@@ -143,6 +144,28 @@ def _description(field: FieldInfo) -> str:
     return "" if re.fullmatch(r"[\[(].*[\])]|\d.*", text) else text
 
 
+def _datasets() -> list[str]:
+    """One row per registered dataset: its name, its loader's summary, its parameters."""
+    lines = [
+        "## `data.dataset` names",
+        "",
+        "The datasets a scenario can name (:data:`~fedstrata.scenarios.datasets.DATASETS`),",
+        "with the keys ``data.params`` takes (``random_state`` comes from ``seed``).",
+        "",
+        "| dataset | what | `params` (default) |",
+        "|---|---|---|",
+    ]
+    for name, loader in sorted(DATASETS.items()):
+        summary = inspect.cleandoc(loader.__doc__ or "").split("\n")[0]
+        params = [
+            f"`{p.name}` (`{p.default!r}`)"
+            for p in inspect.signature(loader).parameters.values()
+            if p.name != "random_state" and p.default is not inspect.Parameter.empty
+        ]
+        lines.append(f"| `{name}` | {summary} | {', '.join(params) or 'none'} |")
+    return [*lines, ""]
+
+
 def scenario_reference() -> str:
     """The markdown reference of every section and key of a scenario file."""
     lines = [
@@ -175,7 +198,7 @@ def scenario_reference() -> str:
             lines.append(f"| `{key}` | {values} | {_default_text(field)} | {_description(field)} |")
             queue += [m for m in _models_in(field.annotation) if m not in seen]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _datasets())
 
 
 if __name__ == "__main__":

@@ -290,11 +290,19 @@ def test_load_dataset_forwards_arguments():
     ds = load_dataset("heat-kernel-synthetic", n_per_cluster=10, random_state=3)
     ref = heat_kernel_synthetic(10, random_state=3)
     np.testing.assert_array_equal(ds.views[1], ref.views[1])
-    assert set(DATASETS) == {"heat-kernel-synthetic", "multiple-features"}
+    assert set(DATASETS) == {
+        "heat-kernel-synthetic",
+        "multiple-features",
+        "breast-cancer",
+        "digits",
+        "iris",
+        "nutrimouse",
+        "fed-mvkm-dha-like",
+    }
 
 
 def test_unknown_dataset_lists_known_names():
-    with pytest.raises(ValidationError, match="heat-kernel-synthetic, multiple-features"):
+    with pytest.raises(ValidationError, match="heat-kernel-synthetic, iris, multiple-features"):
         load_dataset("mnist")
 
 

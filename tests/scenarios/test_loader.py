@@ -444,4 +444,12 @@ def test_dataset_size_is_the_loaded_size():
     assert dataset_size("heat-kernel-synthetic") == 10_000
     assert dataset_size("no-such-dataset") is None
     assert load_dataset("heat-kernel-synthetic", n_per_cluster=7).n_samples == 28
-    assert set(DATASETS) == {"heat-kernel-synthetic", "multiple-features"}
+    assert set(DATASETS) == {
+        "heat-kernel-synthetic",
+        "multiple-features",
+        "breast-cancer",
+        "digits",
+        "iris",
+        "nutrimouse",
+        "fed-mvkm-dha-like",
+    }

@@ -7,7 +7,8 @@ plug-in/orchestrator restructuring of the "one plug-in, one place" work, by::
 
     python -m tests.scenarios.test_golden_records --capture
 
-and must never be re-captured to make a refactoring pass: a difference here means the
+and must never be re-captured to make a refactoring pass (a new scenario file gets its
+own record, the others untouched, by ``--add-missing``): a difference here means the
 refactoring changed what a run computes. (A deliberate behaviour change re-captures it
 in its own commit, saying why.) Every case runs under ``network.model: message-retry``,
 the link model of the capture.
@@ -303,5 +304,24 @@ def capture() -> None:
     GOLDEN.write_text(json.dumps({"sim": sim, "mqtt": mqtt}, indent=1, sort_keys=True) + "\n")
 
 
+def add_missing() -> None:
+    """Record the simulated cases the file does not hold yet (a new example or paper file).
+
+    The records already there are left exactly as they are: a new scenario gets its
+    fingerprint when it is added, and from then on guards it like the others.
+    """
+    import tempfile
+
+    golden = _golden()
+    missing = sorted(set(ALL) - set(golden["sim"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in missing:
+            print(name, flush=True)
+            golden["sim"][name] = run_case(ALL[name], Path(tmp) / name, "sim")
+    GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+
+
 if __name__ == "__main__" and "--capture" in sys.argv:
     capture()
+elif __name__ == "__main__" and "--add-missing" in sys.argv:
+    add_missing()

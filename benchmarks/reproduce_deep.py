@@ -63,6 +63,7 @@ END = "<!-- reproduce_deep:end -->"
 # (setting label, scenario file stem, key into PAPER)
 SETTINGS: list[tuple[str, str, str | None]] = [
     ("random views, IID", "deep-random-views", "IID"),
+    ("random views, IID, 25 local epochs", "deep-random-views-25-epochs", "IID"),
     ("random views, Dir(1)", "deep-random-views-dir1", "Dir(1)"),
     ("random views, Dir(10)", "deep-random-views-dir10", "Dir(10)"),
     ("random views, Dir(100)", "deep-random-views-dir100", "Dir(100)"),
@@ -138,13 +139,14 @@ def _scenario(stem: str, method: str, smoke: bool) -> Scenario:
     raw = base.model_dump(mode="json", exclude_unset=True)
     k = base.algorithm.n_clusters
     if method in DEEP:
-        algo: dict[str, Any] = {"name": method, "n_clusters": k}
+        # the file's training settings (e.g. local_epochs) apply to both deep methods
+        algo: dict[str, Any] = {**raw["algorithm"], "name": method, "n_clusters": k}
         proto = dict(raw.get("protocol", {}))
         if smoke:
             algo.update(SMOKE_DEEP)
-            if method != "fmcsc":
-                del algo["copy_epochs"]
             proto["rounds"] = SMOKE_DEEP_ROUNDS
+        if method != "fmcsc":
+            algo.pop("copy_epochs", None)  # FMCSC's own setting
     else:
         algo = {"name": method, "n_clusters": k}
         if method == "hk-mvfc":

@@ -16,6 +16,7 @@ from fedstrata.algorithms._validation import (
     check_views,
     interval,
 )
+from fedstrata.algorithms.fuzzifier_check import checked_fuzzifier
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ValidationError
 
@@ -27,7 +28,12 @@ class MVFCM(MultiViewEstimator):
 
     The centralized counterpart of the paper's Fed-MVFCM comparison: J = Σ_h v_h^α
     Σ_i Σ_k μ_ik^m ||x_i^h - a_k^h||^2, memberships and view weights as Eq. 15/17,
-    centres the μ^m-weighted means. Parameters as :class:`~fedstrata.algorithms.HKMVFC`.
+    centres the μ^m-weighted means. Parameters as :class:`~fedstrata.algorithms.HKMVFC`:
+    α in (1, 1000], and m in (1, m*) with m* the data's fuzzifier ceiling
+    (:func:`~fedstrata.algorithms.fuzzifier.fuzzifier_ceiling` of the raw views with
+    Eq. 17's weights): fitting refuses an m at or above it with a ValidationError that
+    names the range and the project's rule m = 1 + 0.75·(m* - 1). The default m = 2
+    suits low-dimensional views; on standardized multiple-features m* is 1.92 at α = 5.
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = FUZZY_CONSTRAINTS
@@ -62,6 +68,9 @@ class MVFCM(MultiViewEstimator):
             kernel="none",
             center_update="exact",
         )
+
+    def _fit_model(self, data: list[np.ndarray]) -> MultiViewModel:
+        return checked_fuzzifier("MVFCM", data, self._model(), auto=False)
 
 
 class ConcatKMeans(ClusterMixin, BaseEstimator):

@@ -26,6 +26,7 @@ __all__ = [
     "CEILING_SHARE",
     "auto_fuzzifier",
     "fuzzifier_ceiling",
+    "recommended_fuzzifier",
     "schwaemmle_jensen_fuzzifier",
 ]
 
@@ -75,14 +76,34 @@ def auto_fuzzifier(n_samples: int, dims: Sequence[int], n_clusters: int) -> floa
     return min(m, AUTO_FUZZIFIER_MAX)
 
 
-def _top_variance_share(Z: np.ndarray) -> float:
-    """Largest eigenvalue of the covariance of the centred rows Z, over its trace."""
+def _top_variance_share(Z: np.ndarray, *, block: int = 4, sweeps: int = 12) -> float:
+    """Largest eigenvalue of the covariance of the centred rows Z, over its trace.
+
+    A few sweeps of block power iteration with a Rayleigh-Ritz step (a fixed start,
+    so the value is deterministic): a (n, D) pass per sweep instead of a (D, D) Gram
+    matrix and its eigen-decomposition, which on 2000 x 649 costs more than a fit.
+    """
     total = float(np.einsum("ij,ij->", Z, Z))
     if total <= 0.0:
         return 1.0
-    n, d = Z.shape
-    gram = Z.T @ Z if d <= n else Z @ Z.T  # same non-zero spectrum, the smaller side
-    return float(np.linalg.eigvalsh(gram)[-1]) / total
+    k = min(block, *Z.shape)
+    Q = np.linalg.qr(np.random.default_rng(0).standard_normal((Z.shape[1], k)))[0]
+    for _ in range(sweeps):
+        Q = np.linalg.qr(Z.T @ (Z @ Q))[0]
+    ZQ = Z @ Q
+    return float(np.linalg.eigvalsh(ZQ.T @ ZQ)[-1]) / total
+
+
+def recommended_fuzzifier(ceiling: float) -> float:
+    """The project's rule m = 1 + 0.75·(m* - 1) for a ceiling m*, at most 2.
+
+    m* from :func:`fuzzifier_ceiling` with equal view weights. Three quarters of the
+    way to the ceiling keeps the memberships informative on the data measured
+    (``benchmarks/hk_sweep.py``: digits m* = 1.29, multiple-features 1.42; ARI falls
+    from m ≈ 0.9·(m* - 1) + 1, where some clusters merge before all do); 2 is the
+    customary value of Bezdek's fuzzy c-means, kept when the data never collapse.
+    """
+    return min(1.0 + CEILING_SHARE * (ceiling - 1.0), 2.0)
 
 
 def fuzzifier_ceiling(

@@ -4,9 +4,12 @@ Expected values are computed here in log space with plain numpy (logsumexp by ha
 independently of the engine's own rescaling.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
+from fedstrata.algorithms.fuzzifier import fuzzifier_ceiling
 from fedstrata.algorithms.multiview import (
     MultiViewModel,
     State,
@@ -17,6 +20,7 @@ from fedstrata.algorithms.multiview import (
     view_powers,
 )
 from fedstrata.algorithms.view_weights import view_weights_from_costs
+from fedstrata.errors import ConvergenceWarning
 
 from .conftest import blobs
 
@@ -108,3 +112,50 @@ def test_view_weights_do_not_depend_on_the_cost_units(units):
     v = view_weights_from_costs(costs, np.array([1, 1]), 3.0)
     # by hand: v ∝ c^(-1/2) = [1, 1/2]
     np.testing.assert_allclose(v, [[2 / 3, 1 / 3]], rtol=1e-12)
+
+
+def _axis_design(variances):
+    """2·D points ±a_j e_j: mean 0, covariance diag(2 a_j² / (2 D)) = the variances."""
+    v = np.asarray(variances, dtype=np.float64)
+    a = np.sqrt(v * len(v))
+    X = np.vstack([np.diag(a), -np.diag(a)])
+    np.testing.assert_allclose(X.var(axis=0), v)
+    return X
+
+
+def test_fuzzifier_ceiling_by_hand():
+    X = _axis_design([3.0, 3.0, 2.0, 2.0])
+    # λ = 3 / 10, m* = 1 / (1 - 2λ) = 2.5; split into two views it is the same metric
+    assert fuzzifier_ceiling([X]) == pytest.approx(2.5, rel=1e-9)
+    assert fuzzifier_ceiling([X[:, :2], X[:, 2:]]) == pytest.approx(2.5, rel=1e-9)
+    # feature weights scale the variances: [3, 3, 2, 2]·[1, 1, 3, 3] -> λ = 6/18, m* = 3
+    w = [np.ones(2), np.full(2, 3.0)]
+    assert fuzzifier_ceiling([X[:, :2], X[:, 2:]], w) == pytest.approx(3.0, rel=1e-9)
+    # Eq. 17's weights at the mean, v_h^α ∝ T_h^(-α/(α-1)) with T = [6, 4], α = 3:
+    # feature variances 3·6^-1.5 = 0.204 (view 1) and 2·4^-1.5 = 0.25 (view 2), trace
+    # 6^-0.5 + 4^-0.5: λ = 0.25 / (6^-0.5 + 0.5)
+    lam = 2.0 * 4.0**-1.5 / (6.0**-0.5 + 4.0**-0.5)
+    want = 1.0 / (1.0 - 2.0 * lam)
+    assert fuzzifier_ceiling([X[:, :2], X[:, 2:]], alpha=3.0) == pytest.approx(want, rel=1e-9)
+    # one dominant axis (λ >= 1/2): the mean is never stable
+    assert fuzzifier_ceiling([_axis_design([5.0, 1.0, 1.0])]) == float("inf")
+
+
+def test_auto_m_at_or_above_the_ceiling_becomes_the_rule():
+    from fedstrata.algorithms import HKMVFC
+    from fedstrata.algorithms.fuzzifier import recommended_fuzzifier
+    from fedstrata.algorithms.fuzzifier_check import metric_weights
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(4, 120))
+    y = np.repeat(np.arange(4), 40)
+    Z = centres[y] + rng.normal(size=(y.size, 120)) * 2.0  # 120 noisy dimensions: λ small
+    views = [Z[:, :60], Z[:, 60:]]
+    weights = metric_weights(views, HKMVFC(4)._build(1.1))
+    ceiling = fuzzifier_ceiling(views, weights, 50.0)
+    assert ceiling <= 1.3  # the precondition: auto (1.3 here) sits at or above it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = HKMVFC(4, random_state=0, max_iter=3).fit(views)
+    rule = recommended_fuzzifier(min(ceiling, fuzzifier_ceiling(views, weights)))
+    assert est.model_.m == rule < ceiling

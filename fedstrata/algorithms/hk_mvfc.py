@@ -179,7 +179,9 @@ class HKMVFC(MultiViewEstimator):
     centers_ : list of ndarray (c, d_h)
     view_weights_ : ndarray (H,)
     objective_ : float
-        J at the final (U, A, V).
+        J at the final (U, A, V); times H₊^(α-1) (H₊ views of weight > 0) when H₊^-α
+        < 1e-100, where J itself would underflow
+        (:func:`~fedstrata.algorithms.multiview.view_powers`).
     n_iter_ : int
     objective_history_ : ndarray
         J(U_t, A_{t-1}, V_t) per iteration of the winning restart.

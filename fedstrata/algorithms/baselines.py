@@ -16,6 +16,7 @@ from fedstrata.algorithms._validation import (
     check_views,
     interval,
 )
+from fedstrata.algorithms.fuzzifier_check import checked_fuzzifier
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ValidationError
 
@@ -27,7 +28,18 @@ class MVFCM(MultiViewEstimator):
 
     The centralized counterpart of the paper's Fed-MVFCM comparison: J = Σ_h v_h^α
     Σ_i Σ_k μ_ik^m ||x_i^h - a_k^h||^2, memberships and view weights as Eq. 15/17,
-    centres the μ^m-weighted means. Parameters as :class:`~fedstrata.algorithms.HKMVFC`.
+    centres the μ^m-weighted means. Parameters as :class:`~fedstrata.algorithms.HKMVFC`:
+    α in (1, 1000], and m in (1, m*) with m* the data's fuzzifier ceiling
+    (:func:`~fedstrata.algorithms.fuzzifier.fuzzifier_ceiling` of the raw views with
+    Eq. 17's weights): fitting refuses an m at or above it with a ValidationError that
+    names the range and the project's rule m = 1 + 0.75·(m* - 1). m* is an upper limit,
+    not a target: clusters start to merge below it, and the rule was measured for
+    HK-MVFC's default metric (standardized features), not for raw units. On the raw
+    views of multiple-features (m* = 1.49 at α = 5; Eq. 17 gives the Fourier view 0.72
+    of the weight) ARI falls from 0.81 at m = 1.1 to 0.52 at m = 1.3 (one start).
+    The default m = 2 suits low-dimensional views only. On the raw views of
+    multiple-features and digits (m* = 1.49 and 1.37) it gave uniform memberships
+    (ARI 0.10 and 0.17), so a fit now refuses it there.
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = FUZZY_CONSTRAINTS
@@ -62,6 +74,9 @@ class MVFCM(MultiViewEstimator):
             kernel="none",
             center_update="exact",
         )
+
+    def _fit_model(self, data: list[np.ndarray]) -> MultiViewModel:
+        return checked_fuzzifier("MVFCM", data, self._model(), auto=False)
 
 
 class ConcatKMeans(ClusterMixin, BaseEstimator):

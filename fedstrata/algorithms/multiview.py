@@ -30,19 +30,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import ClassVar, cast
 
 import numpy as np
 
+from fedstrata.algorithms.fuzzifier import (
+    AUTO_FUZZIFIER_MAX,
+    auto_fuzzifier,
+    schwaemmle_jensen_fuzzifier,
+)
 from fedstrata.algorithms.kernels import (
     KernelReference,
     feature_variance,
     heat_kernel_coefficients,
     kernel_reference,
 )
+from fedstrata.algorithms.view_weights import view_powers, view_weights_from_costs
 from fedstrata.errors import ValidationError
 
 __all__ = [
@@ -64,6 +69,7 @@ __all__ = [
     "schwaemmle_jensen_fuzzifier",
     "state_from_statistics",
     "sum_statistics",
+    "view_powers",
 ]
 
 #: Centre-update forms; see :class:`MultiViewModel`.
@@ -266,48 +272,6 @@ class Stats:
         )
 
 
-def schwaemmle_jensen_fuzzifier(n_samples: int, dimension: float) -> float:
-    """The fuzzifier m of Schwämmle and Jensen for N samples in D dimensions.
-
-    m = 1 + (1418/N + 22.05) D^-2 + (12.33/N + 0.243) D^(-0.0406 ln N - 0.1134)
-    (V. Schwämmle and O. N. Jensen, "A simple and fast method to determine the
-    parameters for fuzzy c-means cluster analysis", Bioinformatics 26(22), 2010): the
-    largest m for which fuzzy c-means still finds structure instead of uniform
-    memberships in data of that size. It shrinks towards 1 as D grows (distances
-    concentrate, Eq. 15's ratios tend to 1 and memberships flatten).
-    """
-    if n_samples < 2 or dimension <= 0:
-        raise ValidationError("the fuzzifier needs n_samples >= 2 and dimension > 0")
-    N, D = float(n_samples), float(dimension)
-    return float(
-        1.0
-        + (1418.0 / N + 22.05) * D**-2.0
-        + (12.33 / N + 0.243) * D ** (-0.0406 * np.log(N) - 0.1134)
-    )
-
-
-#: Upper limit of ``m="auto"`` (see :func:`auto_fuzzifier`).
-AUTO_FUZZIFIER_MAX = 1.3
-
-
-def auto_fuzzifier(n_samples: int, dims: Sequence[int], n_clusters: int) -> float:
-    """``m="auto"``: Schwämmle and Jensen's m for N samples with D = min(Σ_h d_h, c), at most 1.3.
-
-    :func:`schwaemmle_jensen_fuzzifier` is derived for D independent standardized
-    features. Real views are highly redundant (the 649 features of multiple-features
-    have a participation-ratio dimension of about 20), and a sample's memberships
-    depend on how its distances to the c centres differ, which happens in the
-    (c - 1)-dimensional span of the centres; D is therefore capped at c. Only N, the
-    dimensions and c enter, so a federation computes it from the pooled sample count
-    of the setup round. A heuristic, measured on multiple-features: the formula gives
-    m = 1.32 at N = 2000 (ARI 0.84; the uncapped D gives m = 1.02 and ARI 0.73), and memberships
-    flatten (ARI 0.43) from m ≈ 1.4 at every N tried (300, 1000, 2000), where the
-    formula gives 1.40 for N = 300: hence the ceiling :data:`AUTO_FUZZIFIER_MAX`.
-    """
-    m = schwaemmle_jensen_fuzzifier(n_samples, min(float(sum(dims)), float(n_clusters)))
-    return min(m, AUTO_FUZZIFIER_MAX)
-
-
 def bandwidth_scales(
     references: Sequence[KernelReference],
     model: MultiViewModel,
@@ -406,20 +370,25 @@ def memberships(W: np.ndarray, m: float, kind: str = "fuzzy") -> np.ndarray:
     """Memberships from view-weighted distances W, laid out (..., c, n) (Eq. 15).
 
     Fuzzy: μ_ik ∝ W_ik^{-1/(m-1)}, computed relative to the per-sample minimum so
-    that no power overflows for m close to 1. A sample with zero distances shares its
-    membership equally among the zero entries (the limit of Eq. 15). Hard: one-hot
+    that no power overflows for m close to 1. A sample with zero distances (at most
+    1e-300 of its largest one: a relative floor, so that W's scale never matters)
+    shares its membership equally among the zero entries (the limit of Eq. 15). Hard: one-hot
     argmin. Cluster-major layout keeps the reductions over k cheap in numpy.
     """
     if kind == "hard":
         return _onehot_first_argmin(W)
     rowmin = W.min(axis=-2, keepdims=True)
     zero = rowmin <= _TINY
+    near = zero.any()
+    if near:  # a distance that is 0 next to the sample's others: relative, not absolute
+        limit = _TINY * W.max(axis=-2, keepdims=True)
+        zero &= rowmin <= limit
     with np.errstate(divide="ignore", invalid="ignore"):
         U = np.divide(rowmin, W)  # in [0, 1]
         if m != 2.0:
             U **= 1.0 / (m - 1.0)
-    if zero.any():
-        U = np.where(zero, (W <= _TINY).astype(W.dtype), U)
+    if near and zero.any():
+        U = np.where(zero, np.less_equal(W, limit).astype(W.dtype), U)
     U /= U.sum(axis=-2, keepdims=True)
     return U
 
@@ -590,7 +559,7 @@ def local_statistics(
     scratch = pv._workspace.get((*batch, c, pv.n_samples), held + sum(keep) + 4)
     d_buf, e_bufs = scratch[:held], iter(scratch[held : held + sum(keep)])
     W, tmp, spare = scratch[-4], scratch[-3], scratch[-2:]
-    va = state.view_weights**model.alpha
+    va = view_powers(state.view_weights, model.alpha)
     dist: list[np.ndarray] = []
     expo: list[np.ndarray | None] = []
     for h, g in enumerate(pv.view_ids):
@@ -684,34 +653,6 @@ def sum_statistics(stats: Sequence[Stats]) -> Stats:
     )
 
 
-def _view_weights_from_costs(costs: np.ndarray, counts: np.ndarray, alpha: float) -> np.ndarray:
-    """Eq. 17 on mean per-sample costs: v_h ∝ cost_h^{-1/(α-1)}, in log space.
-
-    A view no sample holds (a hybrid-view client's missing view) gets weight 0; the
-    weights of the held views are solved among themselves.
-    """
-    if (counts == 0).all():
-        raise ValidationError("no view is held by any sample; cannot weight views")
-    if (counts == 0).any():
-        held = counts > 0
-        v = np.zeros(costs.shape)
-        v[..., held] = _view_weights_from_costs(costs[..., held], counts[held], alpha)
-        return v
-    mean_cost = costs / counts
-    zero = mean_cost <= _TINY
-    degenerate = zero.any()
-    # cost 0 (or a rounding error below it) is handled by the limit below: no warning
-    with np.errstate(divide="ignore", invalid="ignore") if degenerate else nullcontext():
-        logits = -np.log(mean_cost) / (alpha - 1.0)
-    logits -= logits.max(axis=-1, keepdims=True)
-    v = np.exp(logits)
-    v /= v.sum(axis=-1, keepdims=True)
-    if degenerate:  # a perfectly fitted view takes all the weight (the limit of Eq. 17)
-        any_zero = zero.any(axis=-1, keepdims=True)
-        v = np.where(any_zero, zero / zero.sum(axis=-1, keepdims=True), v)
-    return v
-
-
 def state_from_statistics(
     total: Stats, previous: State, model: MultiViewModel, *, min_den: float = 0.0
 ) -> State:
@@ -731,7 +672,7 @@ def state_from_statistics(
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
             centers.append(np.where(ok, num / np.where(ok, den, 1.0), old))
-    v = _view_weights_from_costs(total.view_costs, total.view_counts, model.alpha)
+    v = view_weights_from_costs(total.view_costs, total.view_counts, model.alpha)
     return State(tuple(centers), v, previous.view_scale)
 
 
@@ -747,5 +688,9 @@ def combine(stats: Sequence[Stats], previous: State, model: MultiViewModel) -> S
 
 
 def objective(stats: Stats, view_weights: np.ndarray, alpha: float) -> np.ndarray:
-    """J = Σ_h v_h^α Σ_i Σ_k μ_ik^m d_ik^h (Eq. 13), shape (...) of the batch."""
-    return (view_weights**alpha * stats.view_costs).sum(axis=-1)
+    """J = Σ_h v_h^α Σ_i Σ_k μ_ik^m d_ik^h (Eq. 13), shape (...) of the batch.
+
+    With :func:`view_powers`' factor H₊^(α-1) when H₊^-α < 1e-100 (J itself would
+    underflow: six views, α = 500).
+    """
+    return (view_powers(view_weights, alpha) * stats.view_costs).sum(axis=-1)

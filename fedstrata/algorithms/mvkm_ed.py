@@ -50,7 +50,8 @@ class MVKMED(MultiViewEstimator):
     n_clusters
         Number of clusters (>= 2).
     alpha
-        View-weight exponent, > 1 (the author's default is 2).
+        View-weight exponent in (1, 1000] (the author's default is 2); v^α is
+        computed in log space where it would underflow (``view_powers``).
     max_iter, tol
         Stop when |ΔJ| <= tol or after max_iter iterations (author: 100, 1e-4).
     n_init

@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from fedstrata.algorithms.multiview import State
+from fedstrata.algorithms.multiview import State, view_powers
 from fedstrata.plugins.messages import Shape, read_state
 
 __all__ = ["GlobalModel", "GlobalModels", "read_global"]
@@ -60,10 +60,10 @@ class GlobalModel:
         return self._coefs
 
     def va(self, alpha: float) -> np.ndarray:
-        """The view weights to the power α, (H,)."""
+        """The view weights to the power α, (H,), as the engine's :func:`view_powers`."""
         got = self._va.get(alpha)
         if got is None:
-            got = self.state.view_weights[0] ** alpha
+            got = view_powers(self.state.view_weights[0], alpha)
             got.flags.writeable = False
             self._va[alpha] = got
         return got

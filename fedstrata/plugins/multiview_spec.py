@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedstrata.algorithms._validation import ALPHA_MAX, BANDWIDTH_MAX, BANDWIDTH_MIN
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.errors import ScenarioError
 from fedstrata.plugins.multiview import multiview_algorithm
@@ -28,7 +29,8 @@ from fedstrata.settings import ScenarioErrors
 __all__ = ["MULTIVIEW", "HkMvfcSettings", "MvfcmSettings", "MvkmEdSettings"]
 
 Fuzzifier = Annotated[float, Field(gt=1.0, le=50.0, description="(1, 50]")]
-Exponent = Annotated[float, Field(gt=1.0, le=1000.0, description="(1, 1000]")]
+Exponent = Annotated[float, Field(gt=1.0, le=ALPHA_MAX, description="(1, 1000]")]
+Bandwidth = Annotated[float, Field(ge=BANDWIDTH_MIN, le=BANDWIDTH_MAX, description="[1, 1e6]")]
 Kernel = Literal["type1", "type2", "none"]
 CenterUpdate = Literal["paper", "exact", "derivation"]
 
@@ -37,14 +39,22 @@ class HkMvfcSettings(AlgorithmSettings):
     """``hk-mvfc``: FedHK-MVFC, heat-kernel enhanced multi-view fuzzy clustering.
 
     The fuzzifier ``m`` lies in ``(1, 50]``, the view-weight exponent ``alpha`` in
-    ``(1, 1000]``. ``preset``: unset or ``paper`` is the FedHK-MVFC paper's Algorithm 1
-    with the settings printed for its federated two-client analysis (m 2, alpha 5,
-    type1) and paper centres: what scenario files have always meant;
-    ``real-data`` is what holds up on real multi-view data, the ``HKMVFC`` estimator's
-    defaults (m ``auto``, alpha 50, no per-sample coefficients but a Gaussian heat kernel
-    of ``bandwidth`` 8 in units of the pooled feature variances, ``standardize`` true,
-    ``view_balance`` dimension, exact centres). Keys set explicitly win over the preset.
-    With ``real-data`` and no ``m``, m is Schwämmle and Jensen's fuzzifier for the
+    ``(1, 1000]``, the ``bandwidth`` in ``[1, 1e6]`` (below 1 the kernel distance
+    saturates and the memberships flatten to 1/c). m must also stay below the data's
+    fuzzifier ceiling, 1/(1 - 2λ) with λ the share of the variance on the first
+    principal axis (about 1.3-1.5 for real views of tens to hundreds of features; the
+    grand mean is a stable fixed point above it): the ``HKMVFC`` estimator checks it,
+    a federation cannot (it needs the pooled covariance); see docs/algorithms.md,
+    "Choosing m, α and the bandwidth".
+
+    ``preset``: unset or ``paper`` is the FedHK-MVFC paper's Algorithm 1 with the
+    settings printed for its federated two-client analysis (m 2, alpha 5, type1) and
+    paper centres: what scenario files have always meant; ``real-data`` is what holds
+    up on real multi-view data, the ``HKMVFC`` estimator's defaults (m ``auto``, alpha
+    50, no per-sample coefficients but a Gaussian heat kernel of ``bandwidth`` 8 in
+    units of the pooled feature variances, ``standardize`` true, ``view_balance``
+    dimension, exact centres). Keys set explicitly win over the preset. With
+    ``real-data`` and no ``m``, m is Schwämmle and Jensen's fuzzifier for the
     federation's size (capped at 1.3).
     """
 
@@ -54,7 +64,7 @@ class HkMvfcSettings(AlgorithmSettings):
     kernel: Kernel = "type1"
     center_update: CenterUpdate = "paper"
     preset: Literal["paper", "real-data"] | None = None
-    bandwidth: Annotated[float, Field(gt=0.0, le=1e6, description="(0, 1e6]")] | None = None
+    bandwidth: Bandwidth | None = None
     standardize: bool | None = None
     view_balance: Literal["dimension", "equal"] | None = None
 

@@ -98,6 +98,8 @@ BAD = [
     ("n_clusters < 2", [np.zeros((5, 2))], {"n_clusters": 1}, "n_clusters"),
     ("m <= 1", [np.zeros((5, 2))], {"m": 1.0}, "'m'"),
     ("alpha <= 1", [np.zeros((5, 2))], {"alpha": 0.5}, "'alpha'"),
+    ("alpha > 1000", [np.zeros((5, 2))], {"alpha": 1001.0}, r"'alpha' must lie in \(1, 1000\]"),
+    ("bandwidth < 1", [np.zeros((5, 2))], {"bandwidth": 0.5}, r"'bandwidth' must lie in \[1, "),
     ("bad kernel", [np.zeros((5, 2))], {"kernel": "type3"}, "kernel"),
     ("bad update", [np.zeros((5, 2))], {"center_update": "magic"}, "center_update"),
     ("bad init", [np.zeros((5, 2))], {"init": "spectral"}, "init"),

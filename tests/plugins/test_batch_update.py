@@ -36,7 +36,7 @@ def _same(got, want):
     update=st.sampled_from(["exact", "paper", "derivation"]),
     membership=st.sampled_from(["fuzzy", "hard"]),
     m=st.sampled_from([2.0, 1.3, 3.0]),
-    alpha=st.sampled_from([5.0, 2.0]),
+    alpha=st.sampled_from([5.0, 2.0, 500.0]),  # 500: v^α rescaled (view_powers)
     bandwidth=st.sampled_from([None, 1.0]),
     spread=st.sampled_from([1e-3, 1.0, 30.0]),
     seed=st.integers(0, 2**32 - 1),

@@ -156,7 +156,7 @@ def test_model_bodies_carry_the_state_only():
     update=st.sampled_from(["exact", "paper", "derivation"]),
     membership=st.sampled_from(["fuzzy", "hard"]),
     m=st.sampled_from([2.0, 1.5, 3.0]),
-    alpha=st.sampled_from([5.0, 2.0]),
+    alpha=st.sampled_from([5.0, 2.0, 500.0]),  # 500: v^α rescaled (view_powers)
     scaled=st.booleans(),
     spread=st.sampled_from([1e-3, 1.0, 30.0]),
     seed=st.integers(0, 2**32 - 1),

@@ -14,7 +14,7 @@ SCRIPT = ROOT / "benchmarks" / "algorithm_table.py"
 FEDERATED = (
     "HK-MVFC (defaults)",
     'HK-MVFC (preset="paper")',
-    "MV-FCM",
+    "MV-FCM (m = 1.25)",
     "MVKM-ED",
     "E-FKMVC",
     "FedHK-PARAFAC2",

@@ -42,15 +42,25 @@ from fedstrata.errors import ValidationError
 __all__ = ["EFKMVC", "FedHKMVCPerson", "FedHKPARAFAC2", "FedHKTucker"]
 
 
-def _or_none(check: Constraint) -> Constraint:
-    return lambda value: None if value is None else check(value)
+def _in_range(bounds: tuple[float, float], *, open_low: bool) -> Constraint:
+    """``None`` (the preset's value) or a number in ``bounds``; the message names the range."""
+    lo, hi = bounds
+    check = interval(float, lo, hi, closed="right" if open_low else "both")
+    text = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"
+
+    def constraint(value: Any) -> str | None:
+        if value is None or check(value) is None:
+            return None
+        return f"must be None or a number in {text}, got {value!r}"
+
+    return constraint
 
 
 _COMMON: dict[str, Constraint] = {
     "n_clusters": interval(int, 2, None),
-    "m": _or_none(interval(float, M_RANGE[0], M_RANGE[1], closed="right")),
-    "alpha": _or_none(interval(float, ALPHA_RANGE[0], ALPHA_RANGE[1], closed="right")),
-    "bandwidth": _or_none(interval(float, BANDWIDTH_RANGE[0], BANDWIDTH_RANGE[1])),
+    "m": _in_range(M_RANGE, open_low=True),
+    "alpha": _in_range(ALPHA_RANGE, open_low=True),
+    "bandwidth": _in_range(BANDWIDTH_RANGE, open_low=False),
     "local_epochs": interval(int, 1, None),
     "max_iter": interval(int, 1, None),
     "tol": interval(float, 0.0, None),

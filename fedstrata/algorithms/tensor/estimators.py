@@ -69,7 +69,7 @@ _COMMON: dict[str, Constraint] = {
     "preset": one_of(*TENSOR_PRESETS),
 }
 _FACTOR: dict[str, Constraint] = {
-    "lam": interval(float, 0.0, 1.0),
+    "lam": lambda value: None if value is None else interval(float, 0.0, 1.0)(value),
     "tau": interval(float, 0.0, None),
     "n_als": interval(int, 1, None),
 }
@@ -309,7 +309,8 @@ class FedHKTucker(_TensorEstimator):
     ranks
         (r1, r2, r3); default (c, min(c, D), s), with ``"real-data"`` (c, min(D, c·s), s).
     lam
-        Weight of the global factors in the start of each round (vs the previous local).
+        Weight of the global factors in the start of each round (vs the previous local);
+        ``None``: 0.5.
     tau
         Temperature of the quality weights (Eq. 101).
     n_als
@@ -333,7 +334,7 @@ class FedHKTucker(_TensorEstimator):
         scaling: str = "minmax",
         bandwidth: float | None = None,
         preset: str = "paper",
-        lam: float = 0.5,
+        lam: float | None = None,
         tau: float = 1.0,
         n_als: int = 1,
         random_state: Any = None,
@@ -357,7 +358,7 @@ class FedHKTucker(_TensorEstimator):
     def _model_kwargs(self) -> dict[str, Any]:
         return {
             "ranks": self.ranks,
-            "lam": float(self.lam),
+            "lam": self.lam,
             "tau": float(self.tau),
             "n_als": self.n_als,
         }
@@ -401,7 +402,7 @@ class FedHKPARAFAC2(_TensorEstimator):
         scaling: str = "minmax",
         bandwidth: float | None = None,
         preset: str = "paper",
-        lam: float = 0.5,
+        lam: float | None = None,
         tau: float = 1.0,
         n_als: int = 1,
         random_state: Any = None,
@@ -425,7 +426,7 @@ class FedHKPARAFAC2(_TensorEstimator):
     def _model_kwargs(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
-            "lam": float(self.lam),
+            "lam": self.lam,
             "tau": float(self.tau),
             "n_als": self.n_als,
         }
@@ -450,7 +451,7 @@ class FedHKMVCPerson(_TensorEstimator):
     rank, ranks
         PARAFAC2 / CP rank, Tucker ranks (defaults as the other estimators; CP: c·s).
     lam, rho
-        Initial λ (all four) and ρ.
+        Initial λ (all four; ``None``: 0.5, with ``"real-data"`` 0.8) and ρ.
     beta
         Step size of the λ/ρ adaptation.
     tau, n_als
@@ -482,7 +483,7 @@ class FedHKMVCPerson(_TensorEstimator):
         scaling: str = "minmax",
         bandwidth: float | None = None,
         preset: str = "paper",
-        lam: float = 0.5,
+        lam: float | None = None,
         rho: float = 0.5,
         beta: float = 0.05,
         tau: float = 1.0,
@@ -514,7 +515,7 @@ class FedHKMVCPerson(_TensorEstimator):
             "decomposition": self.decomposition,
             "rank": self.rank,
             "ranks": self.ranks,
-            "lam": float(self.lam),
+            "lam": self.lam,
             "rho": float(self.rho),
             "beta": float(self.beta),
             "tau": float(self.tau),

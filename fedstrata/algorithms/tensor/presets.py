@@ -22,7 +22,11 @@ from :class:`~fedstrata.algorithms.HKMVFC`'s real-data defaults where one exists
 * ranks that let the cluster mode hold every cluster and the feature mode every view's
   centres: Tucker (c, min(D, c·s), s) (exact: the centre tensor's mode-2 unfolding has
   rank <= min(D, c·s)); PARAFAC2 rank c, views with fewer than c features zero-padded
-  (``pad``). CP keeps its c·s.
+  (``pad``). CP keeps its c·s;
+* FedHK-MVC-Person starts its four λ at 0.8 instead of 0.5: a client's personalised
+  model leans on the federation's factors, since each client fits its own from a tenth
+  of the data (10 IID clients, seeds 0-2: multiple-features ARI 0.785 at 0.8 against
+  0.723 at 0.5, digits 0.532 against 0.491).
 
 Kept apart from the estimators (which load scikit-learn) so that a scenario's model can
 be built from them without it.
@@ -37,12 +41,20 @@ from fedstrata.algorithms.multiview import AUTO_FUZZIFIER_MAX
 from fedstrata.algorithms.presets import DEFAULTS as HK_DEFAULTS
 from fedstrata.errors import ValidationError
 
-__all__ = ["REAL_DATA_M", "TENSOR_PRESETS", "preset_init", "preset_model_settings"]
+__all__ = [
+    "REAL_DATA_M",
+    "REAL_DATA_PERSON_LAM",
+    "TENSOR_PRESETS",
+    "preset_init",
+    "preset_model_settings",
+]
 
 #: The named presets (``"paper"`` is the default).
 TENSOR_PRESETS = ("paper", "real-data")
 #: The real-data fuzzifier: HK-MVFC's ``m="auto"`` ceiling.
 REAL_DATA_M = AUTO_FUZZIFIER_MAX
+#: FedHK-MVC-Person's starting λ (weight of the global factors) under ``"real-data"``.
+REAL_DATA_PERSON_LAM = 0.8
 
 
 def _kind(method: str, decomposition: str | None) -> str:
@@ -84,6 +96,8 @@ def preset_model_settings(
         out["ranks"] = (c, min(D, c * s), s)
     elif kind == "parafac2":
         out["pad"] = True
+    if method == "fedhk-mvc-person":
+        out["lam"] = REAL_DATA_PERSON_LAM
     return out
 
 

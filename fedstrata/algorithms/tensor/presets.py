@@ -22,8 +22,7 @@ from :class:`~fedstrata.algorithms.HKMVFC`'s real-data defaults where one exists
 * ranks that let the cluster mode hold every cluster and the feature mode every view's
   centres: Tucker (c, min(D, c·s), s) (exact: the centre tensor's mode-2 unfolding has
   rank <= min(D, c·s)); PARAFAC2 rank c, views with fewer than c features zero-padded
-  (``pad``), fitted in the bandwidth kernel's metric (rows scaled by √δ_j, see
-  :func:`~fedstrata.algorithms.tensor.decompositions.als_step`). CP keeps its c·s;
+  (``pad``). CP keeps its c·s;
 * FedHK-MVC-Person starts its four λ at 0.8 instead of 0.5: a client's personalised
   model leans on the federation's factors, since each client fits its own from a tenth
   of the data (10 IID clients, seeds 0-2: multiple-features ARI 0.785 at 0.8 against

@@ -183,16 +183,8 @@ class TensorAlgorithm(SharedSetupRound, Algorithm):
         complete = len(refs) == len(found)
         if complete and state is None and len(merged.get("init_w", ())) == self.shape.n_clusters:
             centers = scale_with_ranges(merged["init"], refs)
-            state = initial_global(self.model, centers, self._scales(refs))
+            state = initial_global(self.model, centers)
         return state, extras, complete
-
-    def _scales(self, refs: Sequence[KernelReference]) -> list[np.ndarray] | None:
-        """With a bandwidth, every view's kernel widths in the scaled space (else None)."""
-        if self.model.bandwidth is None:
-            return None
-        from fedstrata.algorithms.tensor.kernel import view_scales
-
-        return view_scales(self.model, refs, range(self.shape.n_views), minmax=True)
 
     # -- rounds ----------------------------------------------------------------------
 

@@ -127,12 +127,6 @@ class TensorClient:
             for i in order
         ]
         self.n_samples = int(data[0].shape[0])
-        # the bandwidth kernel's feature weights δ_hj, the metric of the PARAFAC2 fit
-        self._metric = (
-            None
-            if self.kernel_scales is None
-            else [1.0 / np.asarray(s, dtype=np.float64) for s in self.kernel_scales]
-        )
         self._held = np.zeros(model.n_views, dtype=bool)
         self._held[list(self.view_ids)] = True
         self._state: dict[str, Any] | None = None
@@ -287,7 +281,7 @@ class TensorClient:
             targets = [(Um.T @ d.X) / safe for d in self._data]
             f = als_step(
                 kind, f, targets, N, view_powers(v, m.alpha), ids, dims, m.rank_tuple,
-                n_als=m.n_als, n_iter_parafac=m.n_iter_parafac, metric=self._metric,
+                n_als=m.n_als, n_iter_parafac=m.n_iter_parafac,
             )  # fmt: skip
             f = align(kind, f, gf)
             A = reconstruct(kind, f, dims, ids)

@@ -160,17 +160,9 @@ def _padded(
 
 
 def initial_factors(
-    kind: str,
-    centers: Sequence[np.ndarray],
-    dims: Sequence[int],
-    ranks: tuple[int, ...],
-    metric: Sequence[np.ndarray] | None = None,
+    kind: str, centers: Sequence[np.ndarray], dims: Sequence[int], ranks: tuple[int, ...]
 ) -> Factors:
-    """Decompose the full centre tensor once (tensorly, SVD init, to convergence).
-
-    ``metric`` (PARAFAC2 only): per view the feature weights δ_hj (d_h,) of the
-    clustering's distance; the slices are fitted in that metric (see :func:`als_step`).
-    """
+    """Decompose the full centre tensor once (tensorly, SVD init, to convergence)."""
     from tensorly.decomposition import parafac, parafac2, tucker
 
     c = centers[0].shape[0]
@@ -186,15 +178,11 @@ def initial_factors(
             return {"G": core, "U": fs[0], "Vf": fs[1], "W": fs[2]}
         if kind == "parafac2":
             rows = block_dims(kind, dims, ranks[0])
-            root = _metric_roots(metric, views, rows)
-            slices = [
-                _pad_rows(A.T, p) * r[:, None] for A, p, r in zip(centers, rows, root, strict=True)
-            ]
+            slices = [_pad_rows(A.T, p) for A, p in zip(centers, rows, strict=True)]
             w, (Aw, B, C), P = parafac2(
                 slices, ranks[0], init="svd", n_iter_max=200, tol=1e-10,
                 random_state=_TENSORLY_SEED,
             )  # fmt: skip
-            P = [Ph / r[:, None] for Ph, r in zip(P, root, strict=True)]
             f = {"B": B * w, "C": C, "A": Aw, "P": np.vstack(P)}
             return align(kind, f, None)
         T, M = _padded(centers, views, c, dims)
@@ -203,20 +191,6 @@ def initial_factors(
             random_state=_TENSORLY_SEED,
         )  # fmt: skip
         return align(kind, {"C": C, "F": F * w, "A": Aw}, None)
-
-
-def _metric_roots(
-    metric: Sequence[np.ndarray] | None, views: Sequence[int], rows: Sequence[int]
-) -> list[np.ndarray]:
-    """√δ_hj per held view, padded rows 1 (all ones without a metric)."""
-    out = []
-    for i, h in enumerate(views):
-        r = np.ones(rows[h])
-        if metric is not None:
-            m = np.sqrt(np.asarray(metric[i], dtype=np.float64))
-            r[: m.size] = m
-        out.append(r)
-    return out
 
 
 def als_step(
@@ -231,20 +205,12 @@ def als_step(
     *,
     n_als: int = 1,
     n_iter_parafac: int = 5,
-    metric: Sequence[np.ndarray] | None = None,
 ) -> Factors:
     """One weighted-LS update of the factors towards the fuzzy-mean ``targets``.
 
     ``targets[i]`` is view ``views[i]``'s target (c, d_h), ``N`` the cluster masses
     Σ_i μ_ik^m (c,), ``omega`` the weights v_h^α of the held views. Rows of views not in
     ``views`` keep their values where the model has per-view rows.
-
-    ``metric`` (PARAFAC2 only; ``None``: the Euclidean metric of the scaled data, the
-    paper's): per held view the feature weights δ_hj (d_h,) of a distance that weights
-    features the same for every sample (the bandwidth kernel). Each slice's rows are
-    scaled by √δ_hj before the fit and its projections P_h unscaled after it, so the
-    least squares are measured in the clustering's own metric: a view's features with a
-    small spread in [0, 1] count as much as the kernel makes them count.
     """
     from tensorly.cp_tensor import CPTensor
     from tensorly.decomposition import parafac, parafac2, tucker
@@ -296,10 +262,9 @@ def als_step(
         rows = block_dims(kind, dims, ranks[0])
         off = _offsets(rows)
         vw = sw[list(views)]
-        root = _metric_roots(metric, views, rows)
         slices = [
-            _pad_rows((w * T * sN[:, None]).T, rows[h]) * r[:, None]
-            for w, T, h, r in zip(vw, targets, views, root, strict=True)
+            _pad_rows((w * T * sN[:, None]).T, rows[h])
+            for w, T, h in zip(vw, targets, views, strict=True)
         ]
         init = Parafac2Tensor(
             (
@@ -307,10 +272,7 @@ def als_step(
                 [f["A"][list(views)] * vw[:, None], f["B"].copy(), f["C"] * sN[:, None]],
                 # tensorly requires orthonormal projections; without a mask it recomputes
                 # them from the data before use, so the polar factor is only a placeholder
-                [
-                    _polar(f["P"][off[h] : off[h + 1]] * r[:, None])
-                    for h, r in zip(views, root, strict=True)
-                ],
+                [_polar(f["P"][off[h] : off[h + 1]]) for h in views],
             )
         )
         try:
@@ -322,8 +284,8 @@ def als_step(
             return out
         out["B"], out["C"] = B * w, C / sN[:, None]
         out["A"][list(views)] = Aw / vw[:, None]
-        for h, Ph, r in zip(views, P, root, strict=True):
-            out["P"][off[h] : off[h + 1]] = Ph / r[:, None]
+        for h, Ph in zip(views, P, strict=True):
+            out["P"][off[h] : off[h + 1]] = Ph
         return out
 
 

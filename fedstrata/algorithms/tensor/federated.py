@@ -198,7 +198,7 @@ def tensor_federated_fit(
                 )  # fmt: skip
     if centers is None:
         centers = [rng.random((model.n_clusters, d)) for d in model.dims]
-    glob = initial_global(model, centers, scales)
+    glob = initial_global(model, centers)
     first = {k: np.array(v) for k, v in glob.items()}
 
     tcs = [

@@ -400,17 +400,12 @@ def message_shapes(model: TensorModel) -> dict[str, tuple[int, ...]]:
     return {**shapes, **tail}
 
 
-def initial_global(
-    model: TensorModel,
-    centers: Sequence[np.ndarray],
-    scales: Sequence[np.ndarray] | None = None,
-) -> dict[str, np.ndarray]:
+def initial_global(model: TensorModel, centers: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     """The first global model from per-view centres (c, d_h) in the scaled space.
 
     E-FKMVC uses them as they are; the factor methods decompose the (padded, masked)
     centre tensor once with tensorly so that all factors are consistent. ``V = 1/s``,
-    ``J_ref = 0``. ``scales``: with a bandwidth, every view's kernel widths (d_h,), so
-    that PARAFAC2 fits the centres in the clustering's metric (as the clients do).
+    ``J_ref = 0``.
     """
     c, s = model.n_clusters, model.n_views
     if len(centers) != s:
@@ -424,8 +419,7 @@ def initial_global(
     V = np.full(s, 1.0 / s)
     if model.kind == "centers":
         return {"A": np.hstack(cs), "V": V}
-    metric = None if scales is None else [1.0 / np.asarray(w, dtype=np.float64) for w in scales]
-    f = initial_factors(model.kind, cs, model.dims, model.rank_tuple, metric)
+    f = initial_factors(model.kind, cs, model.dims, model.rank_tuple)
     return {**{k: np.asarray(f[k], dtype=np.float64) for k in f}, "V": V, "J_ref": np.array(0.0)}
 
 

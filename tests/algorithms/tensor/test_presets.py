@@ -135,20 +135,3 @@ def test_the_estimators_check_the_ranges(kwargs, text, synthetic):
     views, _ = synthetic
     with pytest.raises(ValidationError, match=text):
         EFKMVC(4, **kwargs).fit(views)
-
-
-def test_parafac2_fits_the_centres_in_the_kernels_metric():
-    # centres that are a PARAFAC2 model once each feature is scaled by √δ_j (projections
-    # P_h = diag(δ_h)^(-1/2) Q_h, Q_h orthonormal) are reproduced exactly by the fit in
-    # that metric (the Euclidean fit, which needs orthonormal P_h, misses by ~1e-4 here)
-    rng = np.random.default_rng(2)
-    dims, r = (5, 6), 3
-    delta = [rng.uniform(0.1, 10.0, size=d) for d in dims]
-    C, B = rng.normal(size=(3, r)), rng.normal(size=(r, r))
-    a = rng.uniform(0.5, 1.5, size=(2, r))
-    Q = [np.linalg.qr(rng.normal(size=(d, r)))[0] for d in dims]
-    P = [q / np.sqrt(dl)[:, None] for q, dl in zip(Q, delta, strict=True)]
-    centres = [(C * a[h]) @ (P[h] @ B).T for h in range(2)]
-    f = initial_factors("parafac2", centres, dims, (r,), delta)
-    for got, want in zip(reconstruct("parafac2", f, dims, [0, 1]), centres, strict=True):
-        np.testing.assert_allclose(got, want, atol=1e-6)

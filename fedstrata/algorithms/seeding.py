@@ -23,17 +23,23 @@ __all__ = ["local_candidates", "reduce_candidates"]
 
 
 def local_candidates(
-    views: Sequence[np.ndarray], n_clusters: int, rng: np.random.Generator
+    views: Sequence[np.ndarray],
+    n_clusters: int,
+    rng: np.random.Generator,
+    *,
+    method: str = "kmeans",
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """A client's candidate centres per view (k, d_h) and their sizes (k,), k <= n_clusters.
 
     With fewer samples than clusters, the samples themselves are the candidates (weight 1
     each); a deployment that must not reveal single samples should set a minimum size.
+    ``method`` is :func:`~fedstrata.algorithms.init.initial_centers`' (``"kmeans"``: one
+    seeding; ``"kmeans-best"``: the best of 10 by inertia).
     """
     n = views[0].shape[0]
     if n <= n_clusters:
         return [np.array(X) for X in views], np.ones(n)
-    centers = initial_centers(views, n_clusters, n_init=1, method="kmeans", rng=rng)
+    centers = initial_centers(views, n_clusters, n_init=1, method=method, rng=rng)
     Z = np.hstack([X for X in views])
     C = np.hstack([a[0] for a in centers])
     d = ((Z[:, None, :] - C[None]) ** 2).sum(-1)

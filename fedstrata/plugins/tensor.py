@@ -93,8 +93,9 @@ class TensorLearner(ScaledViewsLearner):
         a = self.algorithm
         if a.private is not None:
             return a.setup_reply(self.views, self.view_ids, request, None), self._flops(1)
-        shape = a.shape  # ranges only: the views are min-max scaled
-        body = setup_body(self.views, self.view_ids, shape, self.rng, spread=False)
+        # ranges: the views are min-max scaled; the bandwidth kernel also needs the spread
+        spread = a.model.bandwidth is not None
+        body = setup_body(self.views, self.view_ids, a.shape, self.rng, spread=spread)
         return body, self._flops(10)
 
     def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -140,11 +141,19 @@ class TensorAlgorithm(SharedSetupRound, Algorithm):
         view_ids: Sequence[int],
         refs: Sequence[KernelReference],
     ) -> TensorClient:
-        """A :class:`TensorClient` over views scaled with the pooled ranges ``refs``."""
+        """A :class:`TensorClient` over views scaled with the pooled ranges ``refs``.
+
+        With a bandwidth (preset ``real-data``) the kernel widths come from the pooled
+        variances in ``refs`` (the setup exchanged Σ(x − mean)²).
+        """
         from fedstrata.algorithms.tensor.client import TensorClient  # tensorly: on first use
+        from fedstrata.algorithms.tensor.kernel import view_scales
 
         scaled = scale_with_ranges(views, refs)
-        return TensorClient(self.model, scaled, view_ids)
+        scales = None
+        if self.model.bandwidth is not None:
+            scales = view_scales(self.model, refs, view_ids, minmax=True)
+        return TensorClient(self.model, scaled, view_ids, scales)
 
     def learner(
         self,

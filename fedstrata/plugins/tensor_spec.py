@@ -35,8 +35,9 @@ __all__ = [
     "FedHkTuckerSettings",
 ]
 
-Fuzzifier = Annotated[float, Field(gt=1.0, le=50.0, description="(1, 50]")]
+Fuzzifier = Annotated[float, Field(gt=1.0, le=2.0, description="(1, 2]")]
 Exponent = Annotated[float, Field(gt=1.0, le=1000.0, description="(1, 1000]")]
+Bandwidth = Annotated[float, Field(ge=2.0, le=64.0, description="[2, 64]")]
 Epochs = Annotated[int, Field(ge=1, le=1000, description="1 .. 1000")]
 Rank = Annotated[int, Field(ge=1, le=10_000, description="1 .. 10000")]
 Ranks = Annotated[
@@ -49,11 +50,22 @@ Step = Annotated[float, Field(ge=0.0, le=10.0, description="[0, 10]")]
 
 
 class _TensorSettings(AlgorithmSettings):
-    """Keys every tensor method reads: ``m``, ``alpha`` (default 2 here), ``local_epochs``."""
+    """Keys every tensor method reads: ``preset``, ``m``, ``alpha``, ``bandwidth``, epochs.
+
+    ``preset``: unset or ``paper`` is the paper's min-max heat kernel with m 2, alpha 2
+    (what scenario files have always meant); ``real-data`` is what holds up on real
+    multi-view data (m 1.3, alpha 50, a Gaussian heat kernel of ``bandwidth`` 8 in units
+    of the pooled feature variances, ranks that hold every cluster; see
+    ``fedstrata.algorithms.tensor.presets``). Keys set explicitly win over the preset.
+    ``m`` in (1, 2], at most 1.4 with a bandwidth (memberships flatten above);
+    ``alpha`` in (1, 1000]; ``bandwidth`` in [2, 64].
+    """
 
     m: Fuzzifier = 2.0
     alpha: Exponent = 2.0
     local_epochs: Epochs | None = None
+    preset: Literal["paper", "real-data"] | None = None
+    bandwidth: Bandwidth | None = None
 
 
 class EFkmvcSettings(_TensorSettings):
@@ -119,29 +131,46 @@ class FedHkMvcPersonSettings(_TensorSettings):
         return self
 
 
-_KEYS = ("m", "alpha", "local_epochs", "eps_a", "eps_v", "rank", "lam", "tau", "rho", "beta")
+_KEYS = (
+    "m",
+    "alpha",
+    "bandwidth",
+    "local_epochs",
+    "eps_a",
+    "eps_v",
+    "rank",
+    "lam",
+    "tau",
+    "rho",
+    "beta",
+)
 
 
 def build(inp: BuildInput) -> Any:
-    """The :class:`~fedstrata.algorithms.tensor.model.TensorModel`: set keys, defaults else.
+    """The :class:`~fedstrata.algorithms.tensor.model.TensorModel`: the preset, then set keys.
 
     A value the model refuses (a rank above a view's feature count, say) becomes a
     :class:`~fedstrata.errors.ScenarioError` on ``algorithm`` (on the rank key it names).
     """
     from fedstrata.algorithms.tensor.model import TensorModel
+    from fedstrata.algorithms.tensor.presets import preset_model_settings
 
     s = inp.settings
     if inp.dims is None:
         raise ScenarioError(
             f"{s.name} needs the views' feature counts to build its model", path="algorithm"
         )
-    params: dict[str, Any] = {k: getattr(s, k) for k in _KEYS if k in s.model_fields_set}
+    dims = tuple(int(d) for d in inp.dims)
+    decomposition = getattr(s, "decomposition", None)
+    preset = getattr(s, "preset", None)  # every tensor settings class declares it
+    params = preset_model_settings(preset, s.name, s.n_clusters, dims, decomposition)
+    params.update({k: getattr(s, k) for k in _KEYS if k in s.model_fields_set})
     if getattr(s, "ranks", None) is not None:
         params["ranks"] = tuple(s.ranks)  # type: ignore[attr-defined]
     if getattr(s, "decomposition", None) is not None:
         params["decomposition"] = s.decomposition  # type: ignore[attr-defined]
     try:
-        return TensorModel(s.name, s.n_clusters, tuple(int(d) for d in inp.dims), **params)
+        return TensorModel(s.name, s.n_clusters, dims, **params)
     except FedstrataError as exc:
         msg = str(exc)
         key = next((k for k in ("ranks", "rank") if k in params and f"{k} " in msg.lower()), "")

@@ -27,6 +27,7 @@ import numpy as np
 __all__ = [
     "EPS_DIST",
     "ViewData",
+    "bandwidth_coefficients",
     "center_update",
     "distortions",
     "grad_centers",
@@ -35,11 +36,16 @@ __all__ = [
     "minmax_scale_views",
     "objective",
     "phi",
+    "view_powers",
     "view_weights",
 ]
 
-#: Floor of the weighted distance Σ_h v_h^α FKED_ik^h before it is raised to -1/(m-1).
+#: Floor of the weighted distance Σ_h v_h^α FKED_ik^h before it is raised to -1/(m-1),
+#: relative to the sample's largest weighted distance (an absolute floor of 1e-10 made
+#: every membership uniform once v^α fell below it: α = 50 with six views gives 1e-39).
 EPS_DIST = 1e-10
+#: Below this, v^α is recomputed in log space and rescaled to a largest value of 1.
+_POWER_TINY = 1e-200
 #: Floor of a view's distortion D_h before it is raised to -1/(α-1).
 EPS_D = 1e-300
 
@@ -82,9 +88,18 @@ class ViewData:
     dXX: np.ndarray
 
     @classmethod
-    def build(cls, X: np.ndarray, scope: str, eps: float) -> ViewData:
-        """Cache δ, δ∘X and the row sums of δ∘X∘X."""
-        delta = heat_coefficients(X, scope, eps)
+    def build(
+        cls, X: np.ndarray, scope: str, eps: float, scale: np.ndarray | None = None
+    ) -> ViewData:
+        """Cache δ, δ∘X and the row sums of δ∘X∘X.
+
+        δ is the paper's min-max coefficient (:func:`heat_coefficients`), or with a
+        ``scale`` the bandwidth kernel's (:func:`bandwidth_coefficients`).
+        """
+        if scale is None:
+            delta = heat_coefficients(X, scope, eps)
+        else:
+            delta = bandwidth_coefficients(X, scale)
         dX = delta * X
         return cls(X, delta, dX, (dX * X).sum(axis=1))
 
@@ -95,14 +110,45 @@ def phi(v: ViewData, A: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
+def view_powers(v: np.ndarray, alpha: float) -> np.ndarray:
+    """v_h^α, or a positive multiple of it when v^α would underflow (s views, α large).
+
+    Memberships (Eq. 29) and the weighted least-squares steps only use ratios of the
+    v_h^α, so when the largest power falls below 1e-200 (1/6^α at α >= 257) the powers
+    are taken in log space, ``exp(α (ln v_h − max_h ln v_h))``. Above that they are
+    ``v**alpha`` as they always were, bit for bit (the paper preset's records).
+    """
+    v = np.asarray(v, dtype=np.float64)
+    va = v**alpha
+    if va.size and va.max() >= _POWER_TINY:
+        return va
+    with np.errstate(divide="ignore"):
+        logv = alpha * np.log(v)
+    top = logv.max() if va.size else 0.0
+    return np.exp(logv - top) if np.isfinite(top) else np.ones_like(v)
+
+
+def bandwidth_coefficients(X: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """δ_ij = 1 / s_j for every sample: the Gaussian heat kernel of width ``scale`` (d,).
+
+    With ``scale = γ·D̄·var_j`` (:func:`fedstrata.algorithms.multiview.bandwidth_scales`,
+    pooled variances) φ is the squared distance of the standardized features divided
+    by γ·D̄, as in HK-MVFC's real-data kernel.
+    """
+    return np.broadcast_to(1.0 / np.asarray(scale, dtype=np.float64), X.shape).copy()
+
+
 def memberships(fked: Sequence[np.ndarray], va: np.ndarray, m: float) -> np.ndarray:
     """μ_ik ∝ (Σ_h v_h^α FKED_ik^h)^(-1/(m-1)) (Eq. 29), rows on the simplex; (n, c).
 
-    ``va`` holds v_h^α of the views in ``fked``. Computed in log space (a softmax), with
-    the weighted distance floored at :data:`EPS_DIST`.
+    ``va`` holds v_h^α of the views in ``fked`` (or any positive multiple of them, see
+    :func:`view_powers`). Computed in log space (a softmax), with the weighted distance
+    floored at :data:`EPS_DIST` times the sample's largest one: the floor scales with
+    the distances, so small view weights cannot push every distance onto it.
     """
     S = sum(w * F for w, F in zip(va, fked, strict=True))
-    logits = -np.log(np.maximum(S, EPS_DIST)) / (m - 1.0)
+    floor = np.maximum(EPS_DIST * S.max(axis=1, keepdims=True), np.finfo(np.float64).tiny)
+    logits = -np.log(np.maximum(S, floor)) / (m - 1.0)
     logits -= logits.max(axis=1, keepdims=True)
     U = np.exp(logits)
     U /= U.sum(axis=1, keepdims=True)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fedstrata.algorithms._validation import check_views
+from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.tensor._common import (
     ViewData,
     center_update,
@@ -16,6 +17,7 @@ from fedstrata.algorithms.tensor._common import (
     memberships,
     objective,
     phi,
+    view_powers,
     view_weights,
 )
 from fedstrata.algorithms.tensor.decompositions import (
@@ -25,9 +27,11 @@ from fedstrata.algorithms.tensor.decompositions import (
     VIEW_ROW_KEYS,
     align,
     als_step,
+    block_dims,
     direction,
     reconstruct,
 )
+from fedstrata.algorithms.tensor.kernel import view_scales
 from fedstrata.algorithms.tensor.model import TensorModel, message_shapes
 from fedstrata.errors import ValidationError
 
@@ -69,6 +73,11 @@ class TensorClient:
         (with the federation's pooled per-feature range).
     view_ids
         The global index of each view held (hybrid views: any non-empty subset).
+    scales
+        With ``model.bandwidth``: per view held (in ``views``' order) the kernel width
+        γ·D̄·var_j of each feature of the scaled data, from the federation's pooled
+        variances (:func:`~fedstrata.algorithms.tensor.kernel.view_scales`); by default
+        this client's own.
 
     Local state (kept between rounds, never sent): E-FKMVC the local centres and view
     weights; the factor methods their local factors (the ``X_prev`` of the personalised
@@ -80,7 +89,11 @@ class TensorClient:
     """
 
     def __init__(
-        self, model: TensorModel, views: Sequence[np.ndarray], view_ids: Sequence[int]
+        self,
+        model: TensorModel,
+        views: Sequence[np.ndarray],
+        view_ids: Sequence[int],
+        scales: Sequence[np.ndarray] | None = None,
     ) -> None:
         data = check_views(list(views))
         ids = [int(g) for g in view_ids]
@@ -95,10 +108,24 @@ class TensorClient:
                 raise ValidationError(
                     f"view {g} has {X.shape[1]} features; the model expects {model.dims[g]}"
                 )
+        if model.bandwidth is not None:
+            if scales is None:  # a client on its own: its own spread
+                scales = view_scales(model, [kernel_reference(X) for X in data], ids)
+            if len(scales) != len(data):
+                raise ValidationError(f"got {len(data)} views but {len(scales)} kernel scales")
         order = np.argsort(ids)
+        #: The bandwidth kernel's widths per held view (in ``view_ids`` order), or None.
+        self.kernel_scales: list[np.ndarray] | None = (
+            None if scales is None else [np.asarray(scales[i], dtype=np.float64) for i in order]
+        )
         self.model = model
         self.view_ids: tuple[int, ...] = tuple(ids[i] for i in order)
-        self._data = [ViewData.build(data[i], model.delta, model.eps_delta) for i in order]
+        self._data = [
+            ViewData.build(
+                data[i], model.delta, model.eps_delta, None if scales is None else scales[i]
+            )
+            for i in order
+        ]
         self.n_samples = int(data[0].shape[0])
         self._held = np.zeros(model.n_views, dtype=bool)
         self._held[list(self.view_ids)] = True
@@ -163,7 +190,7 @@ class TensorClient:
         """
         centers, v = self._model_for_labels(glob)
         _, F = _fked(self._data, centers)
-        return memberships(F, v**self.model.alpha, self.model.m)
+        return memberships(F, view_powers(v, self.model.alpha), self.model.m)
 
     def labels(self, glob: Mapping[str, np.ndarray]) -> np.ndarray:
         """Hard labels (n,): argmax of :meth:`memberships` (does not change the state)."""
@@ -186,7 +213,7 @@ class TensorClient:
         if m.personalize and self._state is not None:
             # Eqs. 62-63 at (A_g, V_g) with the memberships under the global model, J/n
             phis, F = _fked(self._data, A)
-            Um = memberships(F, v**m.alpha, m.m) ** m.m
+            Um = memberships(F, view_powers(v, m.alpha), m.m) ** m.m
             D = distortions(Um, F)
             A = [
                 a - m.eps_a * grad_centers(d, Um * np.exp(-p), a, w) / n
@@ -196,7 +223,7 @@ class TensorClient:
         J_old = np.inf
         for _ in range(m.local_epochs):
             phis, F = _fked(self._data, A)
-            Um = memberships(F, v**m.alpha, m.m) ** m.m
+            Um = memberships(F, view_powers(v, m.alpha), m.m) ** m.m
             Ws = [Um * np.exp(-p) for p in phis]
             stat_w = Ws if m.stats_weights == "hk" else [Um] * len(Ws)
             stats = [(w.T @ d.X, w.sum(axis=0)) for w, d in zip(stat_w, self._data, strict=True)]
@@ -248,12 +275,12 @@ class TensorClient:
         D = np.zeros(len(ids))
         for _ in range(m.local_epochs):
             _, F = _fked(self._data, A)
-            Um = memberships(F, v**m.alpha, m.m) ** m.m
+            Um = memberships(F, view_powers(v, m.alpha), m.m) ** m.m
             N = Um.sum(axis=0)
             safe = np.maximum(N, 1e-12)[:, None]
             targets = [(Um.T @ d.X) / safe for d in self._data]
             f = als_step(
-                kind, f, targets, N, v**m.alpha, ids, dims, m.rank_tuple,
+                kind, f, targets, N, view_powers(v, m.alpha), ids, dims, m.rank_tuple,
                 n_als=m.n_als, n_iter_parafac=m.n_iter_parafac,
             )  # fmt: skip
             f = align(kind, f, gf)
@@ -270,7 +297,7 @@ class TensorClient:
         wn = float(np.exp(np.clip(expo, -_EXP_CLIP, _EXP_CLIP))) * n
         msg: dict[str, np.ndarray] = {}
         rows_absent = ~self._held
-        block_absent = np.repeat(rows_absent, dims)
+        block_absent = np.repeat(rows_absent, block_dims(kind, dims, m.rank_tuple[0]))
         for k in FACTOR_KEYS[kind]:
             x = wn * f[k]
             if k in VIEW_ROW_KEYS[kind]:

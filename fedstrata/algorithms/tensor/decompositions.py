@@ -48,6 +48,7 @@ __all__ = [
     "VIEW_ROW_KEYS",
     "align",
     "als_step",
+    "block_dims",
     "direction",
     "factor_shapes",
     "initial_factors",
@@ -88,6 +89,24 @@ def _offsets(dims: Sequence[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(dims)]).astype(int)
 
 
+def block_dims(kind: str, dims: Sequence[int], rank: int) -> list[int]:
+    """Rows of each view's block of PARAFAC2's projections ``P``: max(d_h, r).
+
+    A view with fewer features than the rank is zero-padded to r rows (``pad`` in
+    :class:`~fedstrata.algorithms.tensor.TensorModel`); other models and views keep d_h.
+    """
+    if kind != "parafac2":
+        return [int(d) for d in dims]
+    return [max(int(d), int(rank)) for d in dims]
+
+
+def _pad_rows(M: np.ndarray, rows: int) -> np.ndarray:
+    """``M`` (d, c) with zero rows appended up to ``rows`` (unchanged when d >= rows)."""
+    if M.shape[0] >= rows:
+        return M
+    return np.vstack([M, np.zeros((rows - M.shape[0], M.shape[1]))])
+
+
 def factor_shapes(
     kind: str, n_clusters: int, dims: Sequence[int], ranks: tuple[int, ...]
 ) -> dict[str, tuple[int, ...]]:
@@ -98,7 +117,8 @@ def factor_shapes(
         return {"G": (r1, r2, r3), "U": (c, r1), "Vf": (D, r2), "W": (s, r3)}
     (r,) = ranks
     if kind == "parafac2":
-        return {"B": (r, r), "C": (c, r), "A": (s, r), "P": (int(sum(dims)), r)}
+        rows = int(sum(block_dims(kind, dims, r)))
+        return {"B": (r, r), "C": (c, r), "A": (s, r), "P": (rows, r)}
     return {"C": (c, r), "F": (D, r), "A": (s, r)}
 
 
@@ -112,8 +132,11 @@ def reconstruct(
         full = multi_mode_dot(f["G"], [f["U"], f["Vf"], f["W"][list(views)]])
         return [full[:, : dims[h], i] for i, h in enumerate(views)]
     if kind == "parafac2":
-        off = _offsets(dims)
-        return [(f["C"] * f["A"][h]) @ (f["P"][off[h] : off[h + 1]] @ f["B"]).T for h in views]
+        off = _offsets(block_dims(kind, dims, f["B"].shape[0]))
+        return [
+            ((f["C"] * f["A"][h]) @ (f["P"][off[h] : off[h + 1]] @ f["B"]).T)[:, : dims[h]]
+            for h in views
+        ]
     return [(f["C"] * f["A"][h]) @ f["F"][: dims[h]].T for h in views]
 
 
@@ -154,7 +177,8 @@ def initial_factors(
             )  # fmt: skip
             return {"G": core, "U": fs[0], "Vf": fs[1], "W": fs[2]}
         if kind == "parafac2":
-            slices = [A.T for A in centers]
+            rows = block_dims(kind, dims, ranks[0])
+            slices = [_pad_rows(A.T, p) for A, p in zip(centers, rows, strict=True)]
             w, (Aw, B, C), P = parafac2(
                 slices, ranks[0], init="svd", n_iter_max=200, tol=1e-10,
                 random_state=_TENSORLY_SEED,
@@ -235,9 +259,13 @@ def als_step(
                 return out
             out["C"], out["F"], out["A"] = fs[0] / sN[:, None], fs[1] * w, fs[2] / sw[:, None]
             return out
-        off = _offsets(dims)
+        rows = block_dims(kind, dims, ranks[0])
+        off = _offsets(rows)
         vw = sw[list(views)]
-        slices = [(w * T * sN[:, None]).T for w, T in zip(vw, targets, strict=True)]
+        slices = [
+            _pad_rows((w * T * sN[:, None]).T, rows[h])
+            for w, T, h in zip(vw, targets, views, strict=True)
+        ]
         init = Parafac2Tensor(
             (
                 np.ones(ranks[0]),

@@ -26,23 +26,50 @@ from fedstrata.algorithms.tensor._common import minmax_scale_views
 from fedstrata.algorithms.tensor.client import TensorClient
 from fedstrata.algorithms.tensor.decompositions import DECOMPOSITIONS, FACTOR_KEYS, reconstruct
 from fedstrata.algorithms.tensor.federated import INITS, SCALINGS, tensor_federated_fit
-from fedstrata.algorithms.tensor.model import TensorModel
+from fedstrata.algorithms.tensor.model import (
+    ALPHA_RANGE,
+    BANDWIDTH_RANGE,
+    M_RANGE,
+    TensorModel,
+)
+from fedstrata.algorithms.tensor.presets import (
+    TENSOR_PRESETS,
+    preset_init,
+    preset_model_settings,
+)
 from fedstrata.errors import ValidationError
 
 __all__ = ["EFKMVC", "FedHKMVCPerson", "FedHKPARAFAC2", "FedHKTucker"]
 
+
+def _in_range(bounds: tuple[float, float], *, open_low: bool) -> Constraint:
+    """``None`` (the preset's value) or a number in ``bounds``; the message names the range."""
+    lo, hi = bounds
+    check = interval(float, lo, hi, closed="right" if open_low else "both")
+    text = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"
+
+    def constraint(value: Any) -> str | None:
+        if value is None or check(value) is None:
+            return None
+        return f"must be None or a number in {text}, got {value!r}"
+
+    return constraint
+
+
 _COMMON: dict[str, Constraint] = {
     "n_clusters": interval(int, 2, None),
-    "m": interval(float, 1.0, None, closed="neither"),
-    "alpha": interval(float, 1.0, None, closed="neither"),
+    "m": _in_range(M_RANGE, open_low=True),
+    "alpha": _in_range(ALPHA_RANGE, open_low=True),
+    "bandwidth": _in_range(BANDWIDTH_RANGE, open_low=False),
     "local_epochs": interval(int, 1, None),
     "max_iter": interval(int, 1, None),
     "tol": interval(float, 0.0, None),
-    "init": one_of(*INITS),
+    "init": one_of(None, *INITS),
     "scaling": one_of(*SCALINGS),
+    "preset": one_of(*TENSOR_PRESETS),
 }
 _FACTOR: dict[str, Constraint] = {
-    "lam": interval(float, 0.0, 1.0),
+    "lam": lambda value: None if value is None else interval(float, 0.0, 1.0)(value),
     "tau": interval(float, 0.0, None),
     "n_als": interval(int, 1, None),
 }
@@ -79,14 +106,27 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
         return {}
 
     def _model(self, dims: list[int]) -> TensorModel:
+        """The preset's settings, then every parameter set explicitly (not ``None``)."""
+        decomposition = getattr(self, "decomposition", None)
+        settings = preset_model_settings(
+            self.preset, self._method, self.n_clusters, dims, decomposition
+        )
+        explicit = {
+            "m": self.m,
+            "alpha": self.alpha,
+            "bandwidth": self.bandwidth,
+            **self._model_kwargs(),
+        }
+        settings.update({k: v for k, v in explicit.items() if v is not None})
+        for key in ("m", "alpha", "bandwidth", "lam", "rho", "tau", "beta", "eps_a", "eps_v"):
+            if key in settings:
+                settings[key] = float(settings[key])
         return TensorModel(
             method=self._method,
             n_clusters=self.n_clusters,
             dims=tuple(dims),
-            m=float(self.m),
-            alpha=float(self.alpha),
             local_epochs=self.local_epochs,
-            **self._model_kwargs(),
+            **settings,
         )
 
     def fit(self, views: Any, y: Any = None) -> _TensorEstimator:
@@ -105,7 +145,7 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
             rounds=self.max_iter,
             tol=float(self.tol),
             random_state=self.random_state,
-            init=self.init,
+            init=self.init if self.init is not None else preset_init(self.preset),
             scaling=self.scaling,
         )
         self.model_ = model
@@ -120,6 +160,7 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
         self.centers_ = self._centers(model, res.model)
         self.n_features_in_ = [X.shape[1] for X in data]
         self._ranges = (res.minimum, res.maximum)
+        self._scales = res.clients[0].kernel_scales
         return self
 
     @staticmethod
@@ -142,7 +183,7 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
         if lo is not None and hi is not None:
             data = minmax_scale_views(data, lo, hi)
         model = dataclasses.replace(self.model_, delta="pooled")
-        client = TensorClient(model, data, range(model.n_views))
+        client = TensorClient(model, data, range(model.n_views), self._scales)
         return client.memberships(self.factors_)
 
     def predict(self, views: Any) -> np.ndarray:
@@ -162,10 +203,18 @@ class EFKMVC(_TensorEstimator):
     ``n·A^h`` (c, Σd), ``n·v`` (s,), ``n·1[h held]`` (s,), ``J_ℓ`` and ``n`` (all
     additive); the server averages by sample counts (Eqs. 60-61).
 
+    Every parameter left at ``None`` takes its value from ``preset``; a value given
+    explicitly always wins.
+
     Parameters
     ----------
-    n_clusters, m, alpha
-        Clusters, fuzzifier (> 1), view exponent (> 1).
+    n_clusters
+        Clusters c.
+    m
+        Fuzzifier in (1, 2], at most 1.4 with a bandwidth. ``"paper"``: 2;
+        ``"real-data"``: 1.3.
+    alpha
+        View exponent in (1, 1000]. ``"paper"``: 2; ``"real-data"``: 50.
     local_epochs
         Local epochs E per round.
     max_iter
@@ -173,9 +222,17 @@ class EFKMVC(_TensorEstimator):
     tol
         Relative objective change that stops the rounds.
     init
-        ``"kmeans"`` (default) or ``"random"`` (U[0, 1] centres).
+        ``"kmeans"`` (``"paper"``), ``"kmeans-best"`` (``"real-data"``: best of 10
+        k-means++ seedings) or ``"random"`` (U[0, 1] centres).
     scaling
         ``"minmax"`` (default) or ``"none"``.
+    bandwidth
+        Kernel width γ in [2, 64] in units of the pooled feature variances, or ``None``
+        for the paper's min-max coefficients (Eq. 23). ``"real-data"``: 8.
+    preset
+        ``"paper"`` (default: the paper's kernel, the model's defaults) or
+        ``"real-data"`` (:mod:`~fedstrata.algorithms.tensor.presets`: m = 1.3, α = 50,
+        γ = 8, best-of-10 k-means start, ranks that hold every cluster).
     eps_a, eps_v
         Personalisation step sizes of Eqs. 62-63.
     center_update
@@ -196,13 +253,15 @@ class EFKMVC(_TensorEstimator):
         self,
         n_clusters: int = 4,
         *,
-        m: float = 2.0,
-        alpha: float = 2.0,
+        m: float | None = None,
+        alpha: float | None = None,
         local_epochs: int = 5,
         max_iter: int = 30,
         tol: float = 1e-4,
-        init: str = "kmeans",
+        init: str | None = None,
         scaling: str = "minmax",
+        bandwidth: float | None = None,
+        preset: str = "paper",
         eps_a: float = 0.1,
         eps_v: float = 0.1,
         center_update: str = "paper",
@@ -216,6 +275,8 @@ class EFKMVC(_TensorEstimator):
         self.tol = tol
         self.init = init
         self.scaling = scaling
+        self.bandwidth = bandwidth
+        self.preset = preset
         self.eps_a = eps_a
         self.eps_v = eps_v
         self.center_update = center_update
@@ -241,12 +302,15 @@ class FedHKTucker(_TensorEstimator):
 
     Parameters
     ----------
-    n_clusters, m, alpha, local_epochs, max_iter, tol, init, scaling, random_state
+    n_clusters, m, alpha, local_epochs, max_iter, tol, init, scaling, bandwidth, preset
         As :class:`EFKMVC`.
+    random_state
+        Seed.
     ranks
-        (r1, r2, r3); default (c, min(c, D), s).
+        (r1, r2, r3); default (c, min(c, D), s), with ``"real-data"`` (c, min(D, c·s), s).
     lam
-        Weight of the global factors in the start of each round (vs the previous local).
+        Weight of the global factors in the start of each round (vs the previous local);
+        ``None``: 0.5.
     tau
         Temperature of the quality weights (Eq. 101).
     n_als
@@ -260,15 +324,17 @@ class FedHKTucker(_TensorEstimator):
         self,
         n_clusters: int = 4,
         *,
-        m: float = 2.0,
-        alpha: float = 2.0,
+        m: float | None = None,
+        alpha: float | None = None,
         ranks: tuple[int, int, int] | None = None,
         local_epochs: int = 5,
         max_iter: int = 30,
         tol: float = 1e-4,
-        init: str = "kmeans",
+        init: str | None = None,
         scaling: str = "minmax",
-        lam: float = 0.5,
+        bandwidth: float | None = None,
+        preset: str = "paper",
+        lam: float | None = None,
         tau: float = 1.0,
         n_als: int = 1,
         random_state: Any = None,
@@ -282,6 +348,8 @@ class FedHKTucker(_TensorEstimator):
         self.tol = tol
         self.init = init
         self.scaling = scaling
+        self.bandwidth = bandwidth
+        self.preset = preset
         self.lam = lam
         self.tau = tau
         self.n_als = n_als
@@ -290,7 +358,7 @@ class FedHKTucker(_TensorEstimator):
     def _model_kwargs(self) -> dict[str, Any]:
         return {
             "ranks": self.ranks,
-            "lam": float(self.lam),
+            "lam": self.lam,
             "tau": float(self.tau),
             "n_als": self.n_als,
         }
@@ -306,10 +374,13 @@ class FedHKPARAFAC2(_TensorEstimator):
 
     Parameters
     ----------
-    n_clusters, m, alpha, local_epochs, max_iter, tol, init, scaling, random_state
+    n_clusters, m, alpha, local_epochs, max_iter, tol, init, scaling, bandwidth, preset
         As :class:`EFKMVC`.
+    random_state
+        Seed.
     rank
-        r; default min(c, min_h d_h).
+        r; default min(c, min_h d_h), with ``"real-data"`` c (views with fewer
+        features zero-padded, ``TensorModel.pad``).
     lam, tau, n_als
         As :class:`FedHKTucker`.
     """
@@ -321,15 +392,17 @@ class FedHKPARAFAC2(_TensorEstimator):
         self,
         n_clusters: int = 4,
         *,
-        m: float = 2.0,
-        alpha: float = 2.0,
+        m: float | None = None,
+        alpha: float | None = None,
         rank: int | None = None,
         local_epochs: int = 5,
         max_iter: int = 30,
         tol: float = 1e-4,
-        init: str = "kmeans",
+        init: str | None = None,
         scaling: str = "minmax",
-        lam: float = 0.5,
+        bandwidth: float | None = None,
+        preset: str = "paper",
+        lam: float | None = None,
         tau: float = 1.0,
         n_als: int = 1,
         random_state: Any = None,
@@ -343,6 +416,8 @@ class FedHKPARAFAC2(_TensorEstimator):
         self.tol = tol
         self.init = init
         self.scaling = scaling
+        self.bandwidth = bandwidth
+        self.preset = preset
         self.lam = lam
         self.tau = tau
         self.n_als = n_als
@@ -351,7 +426,7 @@ class FedHKPARAFAC2(_TensorEstimator):
     def _model_kwargs(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
-            "lam": float(self.lam),
+            "lam": self.lam,
             "tau": float(self.tau),
             "n_als": self.n_als,
         }
@@ -367,14 +442,16 @@ class FedHKMVCPerson(_TensorEstimator):
 
     Parameters
     ----------
-    n_clusters, m, alpha, local_epochs, max_iter, tol, init, scaling, random_state
+    n_clusters, m, alpha, local_epochs, max_iter, tol, init, scaling, bandwidth, preset
         As :class:`EFKMVC`.
+    random_state
+        Seed.
     decomposition
         ``"parafac2"`` (default), ``"tucker"`` or ``"cp"``.
     rank, ranks
         PARAFAC2 / CP rank, Tucker ranks (defaults as the other estimators; CP: c·s).
     lam, rho
-        Initial λ (all four) and ρ.
+        Initial λ (all four; ``None``: 0.5, with ``"real-data"`` 0.8) and ρ.
     beta
         Step size of the λ/ρ adaptation.
     tau, n_als
@@ -395,16 +472,18 @@ class FedHKMVCPerson(_TensorEstimator):
         n_clusters: int = 4,
         *,
         decomposition: str = "parafac2",
-        m: float = 2.0,
-        alpha: float = 2.0,
+        m: float | None = None,
+        alpha: float | None = None,
         rank: int | None = None,
         ranks: tuple[int, int, int] | None = None,
         local_epochs: int = 5,
         max_iter: int = 30,
         tol: float = 1e-4,
-        init: str = "kmeans",
+        init: str | None = None,
         scaling: str = "minmax",
-        lam: float = 0.5,
+        bandwidth: float | None = None,
+        preset: str = "paper",
+        lam: float | None = None,
         rho: float = 0.5,
         beta: float = 0.05,
         tau: float = 1.0,
@@ -422,6 +501,8 @@ class FedHKMVCPerson(_TensorEstimator):
         self.tol = tol
         self.init = init
         self.scaling = scaling
+        self.bandwidth = bandwidth
+        self.preset = preset
         self.lam = lam
         self.rho = rho
         self.beta = beta
@@ -434,7 +515,7 @@ class FedHKMVCPerson(_TensorEstimator):
             "decomposition": self.decomposition,
             "rank": self.rank,
             "ranks": self.ranks,
-            "lam": float(self.lam),
+            "lam": self.lam,
             "rho": float(self.rho),
             "beta": float(self.beta),
             "tau": float(self.tau),

@@ -99,6 +99,26 @@ METHODS: list[tuple[str, Callable[[int, int], Any], dict[str, Any] | None]] = [
         lambda c, s: alg.FedHKMVCPerson(c, random_state=s),
         {"name": "fedhk-mvc-person"},
     ),
+    (
+        'E-FKMVC (preset="real-data")',
+        lambda c, s: alg.EFKMVC(c, preset="real-data", random_state=s),
+        {"name": "e-fkmvc", "preset": "real-data"},
+    ),
+    (
+        'FedHK-PARAFAC2 (preset="real-data")',
+        lambda c, s: alg.FedHKPARAFAC2(c, preset="real-data", random_state=s),
+        {"name": "fedhk-parafac2", "preset": "real-data"},
+    ),
+    (
+        'FedHK-Tucker (preset="real-data")',
+        lambda c, s: alg.FedHKTucker(c, preset="real-data", random_state=s),
+        {"name": "fedhk-tucker", "preset": "real-data"},
+    ),
+    (
+        'FedHK-MVC-Person (preset="real-data")',
+        lambda c, s: alg.FedHKMVCPerson(c, preset="real-data", random_state=s),
+        {"name": "fedhk-mvc-person", "preset": "real-data"},
+    ),
 ]
 
 # (short key for --data, row label, dataset name, its parameters)

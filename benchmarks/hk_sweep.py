@@ -28,7 +28,6 @@ import warnings
 
 import numpy as np
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score
 
 from fedstrata.algorithms import HKMVFC
@@ -36,7 +35,7 @@ from fedstrata.algorithms.fuzzifier import fuzzifier_ceiling, recommended_fuzzif
 from fedstrata.algorithms.fuzzifier_check import metric_weights
 from fedstrata.algorithms.presets import DEFAULTS
 from fedstrata.errors import ConvergenceWarning
-from fedstrata.scenarios.datasets import multiple_features
+from fedstrata.scenarios.datasets import load_dataset, multiple_features
 
 C = 10
 RHO = (0.25, 0.5, 0.75, 0.9)
@@ -46,12 +45,8 @@ BANDWIDTHS = (1.0, 2.0, 4.0, 8.0, 32.0, 1e3, 1e6)
 
 def digits_views() -> tuple[list[np.ndarray], np.ndarray]:
     """scikit-learn's digits as pixels, ink profiles (row and column sums) and gradients."""
-    d = load_digits()
-    img = d.data.reshape(-1, 8, 8).astype(np.float64)
-    gy, gx = np.gradient(img, axis=(1, 2))
-    profiles = np.hstack([img.sum(axis=2), img.sum(axis=1)])
-    grads = np.sqrt(gx**2 + gy**2).reshape(len(img), 64)
-    return [img.reshape(len(img), 64), profiles, grads], d.target
+    ds = load_dataset("digits")
+    return list(ds.views), ds.labels
 
 
 def kmeans_ari(views: list[np.ndarray], y: np.ndarray, seed: int) -> float:

@@ -12,7 +12,7 @@ Data:
 * ``multiple-features``: :func:`fedstrata.scenarios.datasets.multiple_features`
   (n = 2000, six views of 76, 216, 64, 240, 47 and 6 features, 10 digits);
 * ``digits``: scikit-learn's ``load_digits`` (n = 1797, 8×8 images, 10 digits) split
-  into three views. This split mirrors the project's ``load_dataset("digits")`` loader:
+  into three views. This is the project's ``load_dataset("digits")`` loader:
   X = the images as float (n, 8, 8); view 1 "pixels" = X.reshape(n, 64); view 2 "ink
   profiles" = the 8 row sums then the 8 column sums (16); view 3 "gradients" =
   sqrt(gx² + gy²) with ``gy, gx = np.gradient(X, axis=(1, 2))``, flattened (64);
@@ -45,7 +45,6 @@ from collections.abc import Callable
 
 import numpy as np
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score
 
 from fedstrata.algorithms.tensor import METHODS, TensorModel, tensor_federated_fit
@@ -56,7 +55,7 @@ from fedstrata.algorithms.tensor.estimators import (
     FedHKTucker,
 )
 from fedstrata.algorithms.tensor.presets import preset_init, preset_model_settings
-from fedstrata.scenarios.datasets import heat_kernel_synthetic, multiple_features
+from fedstrata.scenarios.datasets import heat_kernel_synthetic, load_dataset, multiple_features
 
 N_CLIENTS = 10
 PRESETS = ("paper", "real-data")
@@ -70,13 +69,9 @@ Data = tuple[list[np.ndarray], np.ndarray]
 
 
 def digits_views() -> Data:
-    """scikit-learn's digits as three views (mirrors ``load_dataset("digits")``)."""
-    d = load_digits()
-    X = d.data.reshape(-1, 8, 8).astype(np.float64)
-    n = X.shape[0]
-    gy, gx = np.gradient(X, axis=(1, 2))
-    ink = np.hstack([X.sum(axis=2), X.sum(axis=1)])  # 8 row sums, then 8 column sums
-    return [X.reshape(n, 64), ink, np.sqrt(gx**2 + gy**2).reshape(n, 64)], d.target
+    """scikit-learn's digits as three views (``load_dataset("digits")``)."""
+    ds = load_dataset("digits")
+    return list(ds.views), np.asarray(ds.labels)
 
 
 def mfeat_views() -> Data:

@@ -24,14 +24,13 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score
 
 from fedstrata.algorithms import HKMVFC, MVFCM
 from fedstrata.algorithms.fuzzifier import fuzzifier_ceiling, recommended_fuzzifier
 from fedstrata.algorithms.fuzzifier_check import metric_weights
 from fedstrata.errors import ConvergenceWarning, ValidationError
-from fedstrata.scenarios.datasets import multiple_features
+from fedstrata.scenarios.datasets import load_dataset, multiple_features
 
 C = 10
 PER_CLASS = 40
@@ -40,12 +39,8 @@ MIN_TOP_MEMBERSHIP = 2.5 / C
 
 
 def _digits():
-    d = load_digits()
-    img = d.data.reshape(-1, 8, 8).astype(np.float64)
-    gy, gx = np.gradient(img, axis=(1, 2))
-    profiles = np.hstack([img.sum(axis=2), img.sum(axis=1)])
-    grads = np.sqrt(gx**2 + gy**2).reshape(len(img), 64)
-    return [img.reshape(len(img), 64), profiles, grads], d.target
+    ds = load_dataset("digits")  # pixels, ink profiles, gradients
+    return list(ds.views), ds.labels
 
 
 def _multiple_features():

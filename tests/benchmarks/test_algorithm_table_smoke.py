@@ -20,6 +20,10 @@ FEDERATED = (
     "FedHK-PARAFAC2",
     "FedHK-Tucker",
     "FedHK-MVC-Person",
+    'E-FKMVC (preset="real-data")',
+    'FedHK-PARAFAC2 (preset="real-data")',
+    'FedHK-Tucker (preset="real-data")',
+    'FedHK-MVC-Person (preset="real-data")',
 )
 
 

@@ -16,13 +16,12 @@ import math
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score
 
 from fedstrata.algorithms.tensor import TensorModel, tensor_federated_fit
 from fedstrata.algorithms.tensor._common import EPS_DIST, memberships, view_powers
 from fedstrata.algorithms.tensor.model import ALPHA_RANGE, BANDWIDTH_RANGE, M_BANDWIDTH_MAX
-from fedstrata.scenarios.datasets import multiple_features
+from fedstrata.scenarios.datasets import load_dataset, multiple_features
 
 C = 10
 SIZE = 600
@@ -66,12 +65,8 @@ def test_view_powers_never_underflow():
 
 
 def _digits() -> tuple[list[np.ndarray], np.ndarray]:
-    d = load_digits()
-    X = d.data.reshape(-1, 8, 8).astype(np.float64)
-    n = X.shape[0]
-    gy, gx = np.gradient(X, axis=(1, 2))
-    ink = np.hstack([X.sum(axis=2), X.sum(axis=1)])
-    return [X.reshape(n, 64), ink, np.sqrt(gx**2 + gy**2).reshape(n, 64)], d.target
+    ds = load_dataset("digits")  # pixels, ink profiles, gradients
+    return list(ds.views), np.asarray(ds.labels)
 
 
 def _mfeat() -> tuple[list[np.ndarray], np.ndarray]:

@@ -26,7 +26,12 @@ which the summed statistics of rule ``sum`` allow (the project's choice, stated 
 table's text).
 
     python benchmarks/algorithm_table.py [--seeds 10-19] [--data iris,digits]
-        [--smoke] [--markdown docs/algorithms.md]
+        [--smoke] [--markdown docs/algorithms.md] [--deep {no,also,only}]
+
+``--deep also`` adds FMCSC's and EFD-MVC's federated rows (the fedstrata default network,
+the protocol of ``scenarios/papers/deep-random-views.yaml``, every client holding every
+view) on the sets of at most 1,000 samples; ``--deep only`` runs k-means and those rows
+alone. The deep methods have no centralized estimator.
 
 ``--seeds`` takes a range ``A-B`` or a list ``A,B,...`` (default 10-19); ``--data`` a
 subset of the sets by key (``synthetic``, ``multiple-features``, ``breast-cancer``,
@@ -183,8 +188,28 @@ def centralized(make: Callable[[int, int], Any], name: str, params: dict, seed: 
     return {**evaluate(ds.labels, est.labels_), "s": time.perf_counter() - t0}
 
 
+#: The deep methods' protocol, as in scenarios/papers/deep-random-views.yaml: enough rounds
+#: for pre-training, training and the k-means rounds; a run stops when k-means converges.
+DEEP_PROTOCOL: dict[str, Any] = {"rule": "sum", "rounds": 40, "deadline_s": 600}
+#: (row label, algorithm block) of the deep methods, federated only (``--deep``).
+DEEP_METHODS: list[tuple[str, dict[str, Any]]] = [
+    ("FMCSC", {"name": "fmcsc"}),
+    ("EFD-MVC", {"name": "efd-mvc"}),
+]
+#: Largest data set the deep rows run on: a deep run on 2,000 samples costs one to two
+#: minutes of both cores here (multiple-features' deep figures, ten seeds, come from
+#: ``benchmarks/reproduce_deep.py``).
+DEEP_MAX_SAMPLES = 1000
+
+
 def federated(
-    block: dict, name: str, params: dict, seed: int, clients: int, rounds: int = 100
+    block: dict,
+    name: str,
+    params: dict,
+    seed: int,
+    clients: int,
+    rounds: int = 100,
+    protocol: dict[str, Any] | None = None,
 ) -> dict:
     """Scores and wall seconds of a simulated flat federation of ``clients`` (IID)."""
     ds = load_dataset(name, random_state=seed, **params)
@@ -198,7 +223,8 @@ def federated(
         },
         "topology": {"clients": {"count": clients}},
         "algorithm": {**block, "n_clusters": ds.n_clusters},
-        "protocol": {
+        "protocol": protocol
+        or {
             "rule": "sum",
             "rounds": rounds,
             "tol": 1e-6,
@@ -242,18 +268,38 @@ def warm_up() -> None:
     _KMeansConcat(2, 0).fit([rng.standard_normal((50, 3)), rng.standard_normal((50, 2))])
 
 
+def deep_rows(
+    label: str, name: str, params: dict, seeds: list[int], clients: int, kmeans_s: float
+) -> list[str]:
+    """The deep methods' federated rows on one data set (none above DEEP_MAX_SAMPLES)."""
+    if load_dataset(name, **params).n_samples > DEEP_MAX_SAMPLES:
+        return []
+    lines = []
+    for method, block in DEEP_METHODS:
+        runs = [federated(block, name, params, s, clients, protocol=DEEP_PROTOCOL) for s in seeds]
+        lines.append(row(label, method, f"federated, {clients} clients", summarize(runs), kmeans_s))
+        print(lines[-1], flush=True)
+    return lines
+
+
 def table(
     data: list[tuple[str, str, str, dict[str, Any]]],
     seeds: list[int],
     clients: int,
     rounds: int = 100,
+    deep: str = "no",
 ) -> list[str]:
-    """Every method on every data set; prints each row as it is measured."""
+    """Every method on every data set; prints each row as it is measured.
+
+    ``deep``: ``"no"``, ``"also"`` (the deep methods' rows after the others) or
+    ``"only"`` (k-means and the deep methods).
+    """
     warm_up()
     lines = list(HEADER)
+    methods = METHODS[:1] if deep == "only" else METHODS
     for _, label, name, params in data:
         kmeans_s = 0.0
-        for method, make, block in METHODS:
+        for method, make, block in methods:
             cell = summarize([centralized(make, name, params, s) for s in seeds])
             if method == KMEANS:
                 kmeans_s = cell["s"]
@@ -264,6 +310,8 @@ def table(
             cell = summarize([federated(block, name, params, s, clients, rounds) for s in seeds])
             lines.append(row(label, method, f"federated, {clients} clients", cell, kmeans_s))
             print(lines[-1], flush=True)
+        if deep != "no":
+            lines += deep_rows(label, name, params, seeds, clients, kmeans_s)
     return lines
 
 
@@ -308,6 +356,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=100, help="most rounds of a federated run")
     ap.add_argument("--smoke", action="store_true", help="one seed, small data, 3 clients")
     ap.add_argument("--markdown", type=Path, help="write the table between FILE's markers")
+    ap.add_argument(
+        "--deep",
+        choices=("no", "also", "only"),
+        default="no",
+        help=f"FMCSC and EFD-MVC federated rows on sets of <= {DEEP_MAX_SAMPLES} samples "
+        "(needs the [deep] extra); 'only': k-means and those rows alone",
+    )
     args = ap.parse_args()
     seeds = args.seeds[:1] if args.smoke else args.seeds
     data = SMOKE_DATA if args.smoke else DATA
@@ -319,7 +374,7 @@ def main() -> None:
         if unknown:
             ap.error(f"unknown --data {unknown}; choose from {[key for key, *_ in data]}")
         data = [d for d in data if d[0] in wanted]
-    lines = table(data, seeds, args.clients, args.rounds)
+    lines = table(data, seeds, args.clients, args.rounds, args.deep)
     block = describe(seeds, args.clients, args.rounds) + "\n\n" + "\n".join(lines)
     print()
     print(block)

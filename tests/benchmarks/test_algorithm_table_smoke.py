@@ -107,3 +107,32 @@ def test_the_docs_have_the_markers():
     begin = text.index("<!-- algorithm-table:begin -->")
     assert begin < text.index("<!-- algorithm-table:end -->")
     assert text.index("## Comparison") < begin
+
+
+def test_deep_rows_run_on_the_small_sets_only():
+    from tests.extras import require
+
+    require("torch")
+    table = _module()
+    # the size rule: no deep rows above DEEP_MAX_SAMPLES (multiple-features has 2,000)
+    assert table.deep_rows("mf", "multiple-features", {}, [0], 3, 1.0) == []
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--deep", "only", "--data", "iris"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    last_header = max(i for i, line in enumerate(lines) if line.startswith("| data |"))
+    # rows are printed as measured, then the table again: read the table
+    rows = [_cells(line) for line in lines[last_header:] if line.startswith("| iris")]
+    # k-means (for the time ratio), then each deep method's federated row, nothing else
+    assert [(r[1], r[2]) for r in rows] == [
+        ("k-means (standardized concat.)", "centralized"),
+        ("FMCSC", "federated, 3 clients"),
+        ("EFD-MVC", "federated, 3 clients"),
+    ]
+    for r in rows[1:]:
+        assert 0.3 < float(r[5]) <= 1.0  # iris's petals separate one class at least

@@ -160,24 +160,20 @@ def cluster(
     ),
     rank: int | None = typer.Option(None, help="PARAFAC2/CP rank (fedhk-parafac2, -mvc-person)."),
     n_init: int | None = typer.Option(None, help="Restarts (default: the algorithm's)."),
+    preset: str | None = typer.Option(
+        None,
+        help="Named settings: paper or real-data (hk-mvfc and the tensor family; default: "
+        "the algorithm's).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Cluster a dataset centrally and print ACC/NMI/ARI, objective, view weights and time."""
     from fedstrata.analysis.metrics import evaluate
     from fedstrata.scenarios.datasets import load_dataset
 
-    given = {
-        k: v
-        for k, v in {
-            "kernel": kernel,
-            "center_update": center_update,
-            "m": m,
-            "alpha": alpha,
-            "rank": rank,
-            "n_init": n_init,
-        }.items()
-        if v is not None
-    }
+    options = dict(kernel=kernel, center_update=center_update, m=m, alpha=alpha, rank=rank)
+    options.update(n_init=n_init, preset=preset)
+    given = {k: v for k, v in options.items() if v is not None}
     entry = _estimators().get(algorithm)
     if entry is not None:
         takes = entry[1]

@@ -253,3 +253,22 @@ def test_cluster_runs_the_tensor_family(algorithm):
     out = json.loads(res.stdout)
     assert out["algorithm"] == algorithm and out["n_samples"] == 10_000
     assert 0.0 <= out["ari"] <= 1.0 and len(out["view_weights"]) == 2
+
+
+def test_cluster_preset_reaches_the_estimator():
+    # the paper's PARAFAC2 rank is capped at a view's 2 features, below the 4 clusters;
+    # the real-data preset's rank holds every cluster (the tensor paper's §6.1 shapes)
+    argv = ("cluster", "--algorithm", "fedhk-parafac2", "--seed", "1", "--json")
+    paper = fedstrata(*argv, "--preset", "paper")
+    real = fedstrata(*argv, "--preset", "real-data")
+    assert paper.returncode == 0 and real.returncode == 0, paper.stderr + real.stderr
+    assert json.loads(paper.stdout)["ari"] < 0.9 < json.loads(real.stdout)["ari"]
+
+
+def test_cluster_refuses_a_preset_it_cannot_take():
+    res = fedstrata("cluster", "--algorithm", "mvkm-ed", "--preset", "real-data")
+    no_traceback(res)
+    assert res.returncode == 2 and "mvkm-ed does not take --preset" in res.stderr
+    res = fedstrata("cluster", "--algorithm", "e-fkmvc", "--preset", "tuned")
+    no_traceback(res)
+    assert res.returncode == 2 and "'paper', 'real-data'" in res.stderr

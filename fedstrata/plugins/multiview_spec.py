@@ -234,7 +234,7 @@ MULTIVIEW = AlgorithmPlugin(
     estimators={
         "hk-mvfc": (
             "fedstrata.algorithms:HKMVFC",
-            frozenset({"m", "alpha", "kernel", "center_update", "n_init"}),
+            frozenset({"m", "alpha", "kernel", "center_update", "n_init", "preset"}),
         ),
         "mvfcm": ("fedstrata.algorithms:MVFCM", frozenset({"m", "alpha", "n_init"})),
         "mvkm-ed": ("fedstrata.algorithms:MVKMED", frozenset({"alpha", "n_init"})),

@@ -237,12 +237,15 @@ TENSOR = AlgorithmPlugin(
         "{name} has its own heat kernel (min-max coefficients) and centre steps; remove {key}",
     ),
     estimators={
-        "e-fkmvc": ("fedstrata.algorithms:EFKMVC", frozenset({"m", "alpha"})),
-        "fedhk-parafac2": ("fedstrata.algorithms:FedHKPARAFAC2", frozenset({"m", "alpha", "rank"})),
-        "fedhk-tucker": ("fedstrata.algorithms:FedHKTucker", frozenset({"m", "alpha"})),
+        "e-fkmvc": ("fedstrata.algorithms:EFKMVC", frozenset({"m", "alpha", "preset"})),
+        "fedhk-parafac2": (
+            "fedstrata.algorithms:FedHKPARAFAC2",
+            frozenset({"m", "alpha", "rank", "preset"}),
+        ),
+        "fedhk-tucker": ("fedstrata.algorithms:FedHKTucker", frozenset({"m", "alpha", "preset"})),
         "fedhk-mvc-person": (
             "fedstrata.algorithms:FedHKMVCPerson",
-            frozenset({"m", "alpha", "rank"}),
+            frozenset({"m", "alpha", "rank", "preset"}),
         ),
     },
 )

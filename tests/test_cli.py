@@ -69,7 +69,7 @@ def tiny(tmp_path):
         (("cluster", "--m", "0.5"), "error: HKMVFC: parameter 'm' must be > 1.0, got 0.5"),
         (
             ("cluster", "--algorithm", "fedhk-tucker", "--kernel", "type2"),
-            "error: fedhk-tucker does not take --kernel (it takes --alpha, --m)",
+            "error: fedhk-tucker does not take --kernel (it takes --alpha, --m, --preset)",
         ),
         (("cluster", "--algorithm", "mvfcm", "--rank", "2"), "mvfcm does not take --rank"),
         (

@@ -297,15 +297,17 @@ def test_several_refusals_are_reported_together():
             "e-fkmvc, efd-mvc, fedhk-mvc-person, fedhk-parafac2, fedhk-tucker and fmcsc",
         ),
         ("fmcsc", "rank", "2", "fedhk-mvc-person and fedhk-parafac2"),
-        ("efd-mvc", "preset", "paper", None),
+        (
+            "efd-mvc",
+            "preset",
+            "paper",
+            "e-fkmvc, fedhk-mvc-person, fedhk-parafac2, fedhk-tucker and hk-mvfc",
+        ),
     ],
 )
 def test_a_key_of_another_method_is_located(name, key, value, users):
     errors = _errors(_deep(name, algorithm=f"  {key}: {value}\n"))
-    if users is None:
-        reason = f"{key} is for hk-mvfc only (name is {name!r}); remove it"
-    else:
-        reason = f"{key} is for {users} only (name is {name!r}); remove it"
+    reason = f"{key} is for {users} only (name is {name!r}); remove it"
     assert errors == [(f"algorithm.{key}", reason)]
 
 

@@ -163,15 +163,36 @@ def test_labels_and_model_are_the_final_state(tmp_path):
     assert summary["files"][-1] == "summary.json"
 
 
-def test_degenerate_model_is_not_called_converged(tmp_path):
-    # alpha = 1000 drives every sample into one cluster: the root's |ΔJ| test holds at
-    # once, but a one-cluster model is no clustering
+def test_degenerate_model_is_not_called_converged(tmp_path, monkeypatch):
+    # No documented setting collapses a model any more (alpha = 1000 used to, through
+    # v^alpha underflowing to 0; see the next test), so the final labels are forced into
+    # one cluster: the run, its |dJ| test and the status mapping are the real ones
+    import fedstrata.scenarios.summary as summary_module
+
+    real = summary_module._final_labels
+
+    def one_cluster(fed, state):
+        return np.zeros_like(real(fed, state))
+
+    monkeypatch.setattr(summary_module, "_final_labels", one_cluster)
     text = BASE.format(
-        faults="{}", rounds=20, deadline=5, link="", speed="", views="", tol="1.0e-6"
-    ).replace("center_update: exact}", "center_update: exact, alpha: 1000}")
+        faults="{}", rounds=20, deadline=5, link="", speed="", views="", tol="1.0e-3"
+    )
     summary = run_scenario(parse_scenario(text), tmp_path, progress=False, plots=False)
     labels = {r["label"] for r in csv.DictReader((tmp_path / "labels.csv").open())}
     assert len(labels) == 1
     assert (summary["status"], summary["converged"]) == ("diverged", False)
     assert summary["reason"] == "degenerate model: every sample falls in one cluster of 4"
     assert summary["metrics"]["ari"] == 0.0
+
+
+def test_a_huge_view_exponent_no_longer_collapses_the_model(tmp_path):
+    # alpha = 1000 with 2 views: v^alpha underflowed to 0 and every membership was
+    # uniform (a one-cluster model); view_powers now rescales it in log space
+    text = BASE.format(
+        faults="{}", rounds=20, deadline=5, link="", speed="", views="", tol="1.0e-6"
+    ).replace("center_update: exact}", "center_update: exact, alpha: 1000}")
+    summary = run_scenario(parse_scenario(text), tmp_path, progress=False, plots=False)
+    labels = {r["label"] for r in csv.DictReader((tmp_path / "labels.csv").open())}
+    assert len(labels) == 4
+    assert summary["metrics"]["ari"] == 1.0

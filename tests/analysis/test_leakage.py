@@ -215,7 +215,10 @@ def test_secure_aggregation_hides_every_clients_local_centres(private: Observed)
     No centre of any round comes within HIDDEN of the truth, and the masked words read
     as an encoding do no better, typically, than the pooled mean guessed for every
     centre (the median over rounds, views and clusters: garbage ratios are spread
-    widely, so their luckiest entry says nothing).
+    widely, so their luckiest entry says nothing). The masks are fresh randomness in
+    every run, so that median scatters around the pooled mean's: in 60 runs it fell
+    below it in 9, never under 0.93 of it. Hence the 0.8 margin; words that leaked the
+    centres would sit near 0.
     """
     est = leakage.local_centre_estimates(private.view, private.fed.algorithm.secure_layout())
     spread = private.spread
@@ -231,7 +234,7 @@ def test_secure_aggregation_hides_every_clients_local_centres(private: Observed)
             guess.append(np.sqrt(np.square(np.hstack(truth) - pooled).sum(1)))
         closest = min(masked.min(), public.min())
         assert closest >= HIDDEN * spread, (client, closest / spread)
-        assert np.median(masked) >= np.median(np.concatenate(guess)), client
+        assert np.median(masked) >= 0.8 * np.median(np.concatenate(guess)), client
 
 
 def test_secure_aggregation_hides_small_clients_samples(private: Observed) -> None:

@@ -62,7 +62,7 @@ import yaml
 
 from fedstrata import algorithms as alg
 from fedstrata.analysis.metrics import evaluate
-from fedstrata.scenarios.datasets import load_dataset
+from fedstrata.scenarios.datasets import dataset_size, load_dataset
 from fedstrata.scenarios.loader import parse_scenario
 from fedstrata.scenarios.run import simulate
 
@@ -272,7 +272,8 @@ def deep_rows(
     label: str, name: str, params: dict, seeds: list[int], clients: int, kmeans_s: float
 ) -> list[str]:
     """The deep methods' federated rows on one data set (none above DEEP_MAX_SAMPLES)."""
-    if load_dataset(name, **params).n_samples > DEEP_MAX_SAMPLES:
+    size = dataset_size(name, **params)
+    if size is None or size > DEEP_MAX_SAMPLES:
         return []
     lines = []
     for method, block in DEEP_METHODS:

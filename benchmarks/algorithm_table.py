@@ -27,11 +27,12 @@ table's text).
 
     python benchmarks/algorithm_table.py [--seeds 10-19] [--data iris,digits]
         [--smoke] [--markdown docs/algorithms.md] [--deep {no,also,only}]
+        [--deep-max-samples 1000]
 
 ``--deep also`` adds FMCSC's and EFD-MVC's federated rows (the fedstrata default network,
 the protocol of ``scenarios/papers/deep-random-views.yaml``, every client holding every
-view) on the sets of at most 1,000 samples; ``--deep only`` runs k-means and those rows
-alone. The deep methods have no centralized estimator.
+view) on the sets of at most ``--deep-max-samples`` samples (default 1,000); ``--deep
+only`` runs k-means and those rows alone. The deep methods have no centralized estimator.
 
 ``--seeds`` takes a range ``A-B`` or a list ``A,B,...`` (default 10-19); ``--data`` a
 subset of the sets by key (``synthetic``, ``multiple-features``, ``breast-cancer``,
@@ -196,9 +197,9 @@ DEEP_METHODS: list[tuple[str, dict[str, Any]]] = [
     ("FMCSC", {"name": "fmcsc"}),
     ("EFD-MVC", {"name": "efd-mvc"}),
 ]
-#: Largest data set the deep rows run on: a deep run on 2,000 samples costs one to two
-#: minutes of both cores here (multiple-features' deep figures, ten seeds, come from
-#: ``benchmarks/reproduce_deep.py``).
+#: Default largest data set the deep rows run on (``--deep-max-samples``): a deep run on
+#: 2,000 samples costs one to two minutes of both cores here, so the larger sets are
+#: opted into.
 DEEP_MAX_SAMPLES = 1000
 
 
@@ -269,11 +270,17 @@ def warm_up() -> None:
 
 
 def deep_rows(
-    label: str, name: str, params: dict, seeds: list[int], clients: int, kmeans_s: float
+    label: str,
+    name: str,
+    params: dict,
+    seeds: list[int],
+    clients: int,
+    kmeans_s: float,
+    max_samples: int = DEEP_MAX_SAMPLES,
 ) -> list[str]:
-    """The deep methods' federated rows on one data set (none above DEEP_MAX_SAMPLES)."""
+    """The deep methods' federated rows on one data set (none above ``max_samples``)."""
     size = dataset_size(name, **params)
-    if size is None or size > DEEP_MAX_SAMPLES:
+    if size is None or size > max_samples:
         return []
     lines = []
     for method, block in DEEP_METHODS:
@@ -289,11 +296,12 @@ def table(
     clients: int,
     rounds: int = 100,
     deep: str = "no",
+    deep_max_samples: int = DEEP_MAX_SAMPLES,
 ) -> list[str]:
     """Every method on every data set; prints each row as it is measured.
 
     ``deep``: ``"no"``, ``"also"`` (the deep methods' rows after the others) or
-    ``"only"`` (k-means and the deep methods).
+    ``"only"`` (k-means and the deep methods), on sets of at most ``deep_max_samples``.
     """
     warm_up()
     lines = list(HEADER)
@@ -312,7 +320,7 @@ def table(
             lines.append(row(label, method, f"federated, {clients} clients", cell, kmeans_s))
             print(lines[-1], flush=True)
         if deep != "no":
-            lines += deep_rows(label, name, params, seeds, clients, kmeans_s)
+            lines += deep_rows(label, name, params, seeds, clients, kmeans_s, deep_max_samples)
     return lines
 
 
@@ -361,8 +369,15 @@ def main() -> None:
         "--deep",
         choices=("no", "also", "only"),
         default="no",
-        help=f"FMCSC and EFD-MVC federated rows on sets of <= {DEEP_MAX_SAMPLES} samples "
+        help="FMCSC and EFD-MVC federated rows on sets of <= --deep-max-samples samples "
         "(needs the [deep] extra); 'only': k-means and those rows alone",
+    )
+    ap.add_argument(
+        "--deep-max-samples",
+        type=int,
+        default=DEEP_MAX_SAMPLES,
+        help=f"largest set the deep rows run on (default {DEEP_MAX_SAMPLES}; a deep run on "
+        "2,000 samples costs one to two minutes)",
     )
     args = ap.parse_args()
     seeds = args.seeds[:1] if args.smoke else args.seeds
@@ -375,7 +390,7 @@ def main() -> None:
         if unknown:
             ap.error(f"unknown --data {unknown}; choose from {[key for key, *_ in data]}")
         data = [d for d in data if d[0] in wanted]
-    lines = table(data, seeds, args.clients, args.rounds, args.deep)
+    lines = table(data, seeds, args.clients, args.rounds, args.deep, args.deep_max_samples)
     block = describe(seeds, args.clients, args.rounds) + "\n\n" + "\n".join(lines)
     print()
     print(block)

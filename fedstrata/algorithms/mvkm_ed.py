@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+import warnings
+
 import numpy as np
 
 from fedstrata.algorithms._base import MultiViewEstimator
@@ -21,8 +23,13 @@ from fedstrata.algorithms._validation import FIT_CONSTRAINTS, Constraint
 from fedstrata.algorithms.kernels import KernelReference
 from fedstrata.algorithms.multiview import MultiViewModel, PreparedViews
 from fedstrata.algorithms.schedules import mvkm_ed_model, scheduled_scale
+from fedstrata.errors import ConvergenceWarning
 
-__all__ = ["MVKMED", "beta_schedule", "mvkm_ed_model", "scheduled_scale"]
+__all__ = ["MVKMED", "beta_schedule", "mvkm_ed_model", "saturated_share", "scheduled_scale"]
+
+#: Beyond this, 1 − exp(−x) rounds to exactly 1 in float64 (exp(−x) < 2⁻⁵³): the cost
+#: can no longer rank the centres.
+_SATURATION = 53 * np.log(2.0)
 
 
 def beta_schedule(
@@ -40,6 +47,24 @@ def beta_schedule(
         return base[None, :] / np.asarray(t, dtype=np.float64)[:, None]
 
     return scale
+
+
+def saturated_share(
+    views: Sequence[np.ndarray], centers: Sequence[np.ndarray], beta: np.ndarray
+) -> float:
+    """Share of samples whose cost 1 − exp(−β_h‖x − a‖²) is 1 for every centre in every view.
+
+    The cost rounds to exactly 1 once β‖x − a‖² > 53·ln 2 ≈ 36.7. Such a sample costs 1
+    against every centre, so its membership is a tie (argmin keeps
+    cluster 0) and it no longer moves any centre. The author's β comes from the views'
+    feature sums, which on unstandardized data (pixel counts, say) makes β‖x − a‖² far
+    above exp's range.
+    """
+    tied = np.ones(views[0].shape[0], dtype=bool)
+    for X, A, b in zip(views, centers, beta, strict=True):
+        d2 = (X * X).sum(1)[:, None] - 2.0 * X @ A.T + (A * A).sum(1)[None, :]
+        tied &= b * np.maximum(d2, 0.0).min(axis=1) > _SATURATION
+    return float(tied.mean())
 
 
 class MVKMED(MultiViewEstimator):
@@ -102,4 +127,14 @@ class MVKMED(MultiViewEstimator):
 
         t = np.array([max(getattr(self, "n_iter_", 1), 1)])
         scale = self._view_scale(pv)(t)[0]
+        share = saturated_share(pv.views, state.centers, scale)
+        if share > 0.5:
+            warnings.warn(
+                f"MVKM-ED: the cost 1 - exp(-beta*||x - a||^2) rounds to 1 for every centre "
+                f"on {share:.0%} of the samples (beta = {np.round(scale, 4).tolist()} from the "
+                "views' feature sums): they tie and fall into one cluster. The author's beta "
+                "schedule expects standardized views; standardize each feature.",
+                ConvergenceWarning,
+                stacklevel=4,  # _memberships < _set_fitted < fit < the caller
+            )
         return local_statistics(pv, state, model, view_scale=scale).memberships

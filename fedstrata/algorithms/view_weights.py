@@ -39,11 +39,12 @@ def view_weights_from_costs(costs: np.ndarray, counts: np.ndarray, alpha: float)
         zero &= mean_cost <= _TINY * mean_cost.max(axis=-1, keepdims=True)
     degenerate = zero.any()
     # cost 0 (or a rounding error below it) is handled by the limit below: no warning
+    # every cost 0 gives inf - inf below: also replaced by the limit
     with np.errstate(divide="ignore", invalid="ignore") if degenerate else nullcontext():
         logits = -np.log(mean_cost) / (alpha - 1.0)
-    logits -= logits.max(axis=-1, keepdims=True)
-    v = np.exp(logits)
-    v /= v.sum(axis=-1, keepdims=True)
+        logits -= logits.max(axis=-1, keepdims=True)
+        v = np.exp(logits)
+        v /= v.sum(axis=-1, keepdims=True)
     if degenerate:  # a perfectly fitted view takes all the weight (the limit of Eq. 17)
         any_zero = zero.any(axis=-1, keepdims=True)
         v = np.where(any_zero, zero / zero.sum(axis=-1, keepdims=True), v)

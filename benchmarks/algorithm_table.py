@@ -27,7 +27,7 @@ table's text).
 
     python benchmarks/algorithm_table.py [--seeds 10-19] [--data iris,digits]
         [--smoke] [--markdown docs/algorithms.md] [--deep {no,also,only}]
-        [--deep-max-samples 1000]
+        [--deep-max-samples 1000] [--methods TEXT] [--update]
 
 ``--deep also`` adds FMCSC's and EFD-MVC's federated rows (the fedstrata default network,
 the protocol of ``scenarios/papers/deep-random-views.yaml``, every client holding every
@@ -40,7 +40,10 @@ subset of the sets by key (``synthetic``, ``multiple-features``, ``breast-cancer
 seed on the synthetic shapes at n = 800 and on iris, federations of 3 clients and at most
 10 rounds, in well under a minute (the test suite runs it). ``--markdown FILE`` writes the table between the markers
 ``<!-- algorithm-table:begin -->`` and ``<!-- algorithm-table:end -->`` of FILE (a
-file without them is refused; a new file gets the table alone).
+file without them is refused; a new file gets the table alone). ``--update`` replaces
+only the rows this run measured (same data, method and setting) and keeps the rest;
+``--methods TEXT`` runs only the non-deep methods whose label contains TEXT (k-means
+always runs, for the time ratio).
 """
 
 from __future__ import annotations
@@ -297,15 +300,20 @@ def table(
     rounds: int = 100,
     deep: str = "no",
     deep_max_samples: int = DEEP_MAX_SAMPLES,
+    only: str | None = None,
 ) -> list[str]:
     """Every method on every data set; prints each row as it is measured.
 
     ``deep``: ``"no"``, ``"also"`` (the deep methods' rows after the others) or
     ``"only"`` (k-means and the deep methods), on sets of at most ``deep_max_samples``.
+    ``only``: the non-deep methods whose label contains it (k-means always runs: the
+    time ratio needs it).
     """
     warm_up()
     lines = list(HEADER)
     methods = METHODS[:1] if deep == "only" else METHODS
+    if only is not None:
+        methods = [m for m in methods if m[0] == KMEANS or only in m[0]]
     for _, label, name, params in data:
         kmeans_s = 0.0
         for method, make, block in methods:
@@ -343,6 +351,35 @@ def describe(seeds: list[int], clients: int, rounds: int) -> str:
     )
 
 
+def _key(line: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in line.strip().strip("|").split("|")[:3])
+
+
+def update_rows(old: list[str], new: list[str]) -> list[str]:
+    """``old``'s table rows with those of ``new`` that share (data, method, setting) replaced.
+
+    A new row with no counterpart goes after the last old row of its data set (or at
+    the end); the header and every other old row stay as they were.
+    """
+    fresh = {_key(line): line for line in new if line.startswith("| ") and "---" not in line}
+    fresh.pop(_key(HEADER[0]), None)
+    out = [fresh.pop(_key(line), line) if line.startswith("| ") else line for line in old]
+    for key, line in fresh.items():
+        last = max((i for i, row in enumerate(out) if _key(row)[:1] == key[:1]), default=None)
+        out.insert(len(out) if last is None else last + 1, line)
+    return out
+
+
+def update_markdown(path: Path, lines: list[str]) -> None:
+    """Replace, in the table between ``path``'s markers, the rows this run measured."""
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        sys.exit(f"{path} has no {BEGIN} ... {END} markers: add them where the table goes")
+    block = text[start + len(BEGIN) : end].strip("\n").split("\n")
+    write_markdown(path, "\n".join(update_rows(block, lines)))
+
+
 def write_markdown(path: Path, block: str) -> None:
     """Put ``block`` between the markers of ``path`` (or write it alone to a new file)."""
     if not path.exists():
@@ -365,6 +402,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=100, help="most rounds of a federated run")
     ap.add_argument("--smoke", action="store_true", help="one seed, small data, 3 clients")
     ap.add_argument("--markdown", type=Path, help="write the table between FILE's markers")
+    ap.add_argument(
+        "--update",
+        action="store_true",
+        help="with --markdown: replace only the rows this run measured in FILE's table",
+    )
+    ap.add_argument(
+        "--methods",
+        help="only the non-deep methods whose label contains this text (k-means always runs)",
+    )
     ap.add_argument(
         "--deep",
         choices=("no", "also", "only"),
@@ -390,11 +436,17 @@ def main() -> None:
         if unknown:
             ap.error(f"unknown --data {unknown}; choose from {[key for key, *_ in data]}")
         data = [d for d in data if d[0] in wanted]
-    lines = table(data, seeds, args.clients, args.rounds, args.deep, args.deep_max_samples)
+    if args.update and not args.markdown:
+        ap.error("--update needs --markdown FILE")
+    lines = table(
+        data, seeds, args.clients, args.rounds, args.deep, args.deep_max_samples, args.methods
+    )
     block = describe(seeds, args.clients, args.rounds) + "\n\n" + "\n".join(lines)
     print()
     print(block)
-    if args.markdown:
+    if args.update:
+        update_markdown(args.markdown, lines)
+    elif args.markdown:
         write_markdown(args.markdown, block)
 
 

@@ -136,3 +136,27 @@ def test_deep_rows_run_on_the_small_sets_only():
     ]
     for r in rows[1:]:
         assert 0.3 < float(r[5]) <= 1.0  # iris's petals separate one class at least
+
+
+def test_update_rows_replaces_the_measured_rows_and_keeps_the_rest():
+    table = _module()
+    old = [
+        *table.HEADER,
+        "| iris | k-means | centralized | 1 | 1 | 1 | 1 | 1 | 1.00 |",
+        "| iris | A | federated, 3 clients | 0.1 | 0.1 | 0.1 | 0.1 | 1 | 1.00 |",
+        "| wine | A | federated, 3 clients | 0.2 | 0.2 | 0.2 | 0.2 | 1 | 1.00 |",
+    ]
+    new = [
+        *table.HEADER,
+        "| iris | k-means | centralized | 1 | 1 | 1 | 1 | 2 | 1.00 |",
+        "| iris | A | federated, 3 clients | 0.9 | 0.9 | 0.9 | 0.9 | 3 | 1.50 |",
+        "| iris | B | federated, 3 clients | 0.5 | 0.5 | 0.5 | 0.5 | 3 | 1.50 |",
+    ]
+    out = table.update_rows(old, new)
+    assert out == [
+        *table.HEADER,
+        new[2],
+        new[3],
+        new[4],  # a new row goes after its data set's last row
+        old[4],  # another data set's row stays
+    ]

@@ -93,6 +93,12 @@ class MVKMED(MultiViewEstimator):
     β = 0.1; here :meth:`predict` uses the β of the final iteration, the one the
     centres were fitted with. The J values are with the β of their iteration, so J is
     not monotone (β shrinks as 1/t).
+
+    β comes from the views' feature sums, so its scale follows the data's units: on
+    unstandardized counts (scikit-learn's digits pixels, say) β‖x − a‖² exceeds 36.7 for
+    every centre, the cost rounds to 1, and the samples tie in cluster 0. ``fit`` then
+    warns (:class:`~fedstrata.errors.ConvergenceWarning`, :func:`saturated_share` above
+    one half).
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = FIT_CONSTRAINTS

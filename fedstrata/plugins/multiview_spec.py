@@ -218,8 +218,38 @@ def round_cost(inp: CostInput) -> RoundCost:
     )
 
 
+def data_notes(model: MultiViewModel, views: Any) -> list[str]:
+    """A fuzzy model's m at or above the pooled views' fuzzifier ceiling m*, if it is.
+
+    The estimators refuse such an m (:func:`~fedstrata.algorithms.fuzzifier_check.
+    checked_fuzzifier`); a federation cannot, as no node sees the pooled data, so a run
+    that holds it says so in its record. Per-sample kernels (Type 1/2) have no fixed
+    metric and are not checked.
+    """
+    from fedstrata.algorithms.fuzzifier import fuzzifier_ceiling, recommended_fuzzifier
+    from fedstrata.algorithms.fuzzifier_check import metric_weights
+
+    if model.membership == "hard":
+        return []
+    data = [np.asarray(X, dtype=np.float64) for X in views]
+    weights = metric_weights(data, model)
+    if weights is None:
+        return []
+    ceiling = fuzzifier_ceiling(data, weights, model.alpha)
+    if model.m < ceiling:
+        return []
+    rule = recommended_fuzzifier(min(ceiling, fuzzifier_ceiling(data, weights)))
+    return [
+        f"algorithm.m = {model.m:g} is at or above {ceiling:.3f}, the fuzzifier ceiling of "
+        "the pooled data: from there the grand mean is a stable fixed point and the "
+        f"memberships tend to 1/c. Choose m in (1, {ceiling:.3f}); the rule "
+        f"1 + 0.75·(m* - 1) gives {rule:.3f}"
+    ]
+
+
 MULTIVIEW = AlgorithmPlugin(
     round_cost=round_cost,
+    data_notes=data_notes,
     family="multi-view",
     settings=(HkMvfcSettings, MvfcmSettings, MvkmEdSettings),
     build=build,

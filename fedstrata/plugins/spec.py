@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -227,7 +227,11 @@ class AlgorithmPlugin:
     ``factory``: the node side, the type
     ``build`` returns and ``factory(model, protocol, shape) -> Algorithm``
     (:func:`~fedstrata.nodes.algorithm.register_algorithm`), registered with the
-    declaration by :func:`register_algorithm_plugin`.
+    declaration by :func:`register_algorithm_plugin`. ``data_notes(model, views)``:
+    what the built model will do badly on the pooled views (a fuzzifier above the
+    data's ceiling, say), as sentences for the run record's ``warnings``; a run that
+    holds every client's data (the simulator, an in-process MQTT run) asks, a device
+    cannot.
     """
 
     family: str
@@ -242,6 +246,7 @@ class AlgorithmPlugin:
     refusals: Mapping[str, str] = field(default_factory=dict)
     estimators: Mapping[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
     round_cost: Callable[[CostInput], RoundCost] | None = None
+    data_notes: Callable[[Any, Sequence[Any]], list[str]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

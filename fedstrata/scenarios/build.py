@@ -70,6 +70,13 @@ class Federation:
     #: Per-client metrics of the global and personalized models (personalization on).
     client_rows: list[dict[str, Any]] = field(default_factory=list)
 
+    def data_notes(self) -> list[str]:
+        """The plug-in's warnings about its model on the pooled data (``data_notes``)."""
+        plugin = plugin_for(self.scenario.algorithm.name)
+        if plugin is None or plugin.data_notes is None:
+            return []
+        return plugin.data_notes(self.model, self.dataset.views)
+
     @cached_property
     def algorithm(self) -> Algorithm:
         """The algorithm plug-in the nodes run (for observers: records, final labels)."""

@@ -82,4 +82,5 @@ class Run:
         with counting_warnings() as caught:
             driven = self.transport.drive(fed)
         summary, rows = summarize(fed, self.transport.result(fed, driven, caught))
+        summary["warnings"] = [*fed.data_notes(), *summary["warnings"]]
         return fed, summary, rows

@@ -41,12 +41,8 @@ def setup_body(
     rng: np.random.Generator,
     *,
     spread: bool,
-    seeding: str = "kmeans",
 ) -> dict[str, Any]:
-    """A client's setup reply; ``spread``: include Σ(x − mean)² (bytes count).
-
-    ``seeding``: :func:`~fedstrata.algorithms.seeding.local_candidates`' ``method``.
-    """
+    """A client's setup reply; ``spread``: include Σ(x − mean)² (bytes count)."""
     refs: list[Any] = [None] * shape.n_views
     for g, X in zip(view_ids, views, strict=True):
         ref = kernel_reference(X)
@@ -54,7 +50,7 @@ def setup_body(
     n = int(views[0].shape[0])
     body: dict[str, Any] = {"mode": "setup", "n": n, **references_body(refs)}
     if len(view_ids) == shape.n_views:  # only full-view clients can seed all views
-        candidates, sizes = local_candidates(views, shape.n_clusters, rng, method=seeding)
+        candidates, sizes = local_candidates(views, shape.n_clusters, rng)
         body["init"], body["init_w"] = candidates, sizes
     return body
 

@@ -95,9 +95,7 @@ class TensorLearner(ScaledViewsLearner):
             return a.setup_reply(self.views, self.view_ids, request, None), self._flops(1)
         # ranges: the views are min-max scaled; the bandwidth kernel also needs the spread
         spread = a.model.bandwidth is not None
-        body = setup_body(
-            self.views, self.view_ids, a.shape, self.rng, spread=spread, seeding=a.model.seeding
-        )
+        body = setup_body(self.views, self.view_ids, a.shape, self.rng, spread=spread)
         return body, self._flops(10)
 
     def update(self, body: dict[str, Any]) -> tuple[dict[str, Any], float]:

@@ -93,7 +93,6 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "stats_weights": ("fuzzy", "hk"),
     "omega_j": ("per_sample", "total"),
     "view_start": ("uniform", "global"),
-    "seeding": ("kmeans", "kmeans-best"),
 }
 
 
@@ -195,12 +194,6 @@ class TensorModel:
         reach c (a rank below c cannot hold c clusters in the cluster mode). The padded
         rows are fitted to 0 and dropped from the reconstruction. Default ``False``
         (tensorly's PARAFAC2 as is: rank <= every d_h).
-    seeding
-        How a full-view client of a federation (the node plug-in) draws its setup-round
-        k-means candidates: ``"kmeans"`` (default: one k-means++ seeding and Lloyd) or
-        ``"kmeans-best"`` (the ``real-data`` preset: the best of 10 seedings by inertia,
-        as :func:`~fedstrata.algorithms.tensor.tensor_federated_fit`'s ``init`` of the
-        same name).
     """
 
     method: str
@@ -231,7 +224,6 @@ class TensorModel:
     view_start: str = "global"
     bandwidth: float | None = None
     pad: bool = False
-    seeding: str = "kmeans"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

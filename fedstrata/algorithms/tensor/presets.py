@@ -77,7 +77,7 @@ def preset_model_settings(
     """:class:`~fedstrata.algorithms.tensor.TensorModel` keywords of a preset.
 
     ``"paper"`` (or ``None``): none (the model's defaults). ``"real-data"``: ``m``,
-    ``alpha``, ``bandwidth``, ``seeding`` and the ranks described in the module docstring.
+    ``alpha``, ``bandwidth`` and the ranks described in the module docstring.
     """
     if preset not in (None, *TENSOR_PRESETS):
         raise ValidationError(
@@ -89,7 +89,6 @@ def preset_model_settings(
         "m": REAL_DATA_M,
         "alpha": float(HK_DEFAULTS["alpha"]),
         "bandwidth": float(HK_DEFAULTS["bandwidth"]),
-        "seeding": preset_init(preset),
     }
     kind = _kind(method, decomposition)
     if kind == "tucker":

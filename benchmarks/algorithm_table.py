@@ -74,8 +74,9 @@ BEGIN = "<!-- algorithm-table:begin -->"
 END = "<!-- algorithm-table:end -->"
 KMEANS = "k-means (standardized concat.)"
 
-# (row label, estimator factory (c, seed), scenario algorithm block or None)
-METHODS: list[tuple[str, Callable[[int, int], Any], dict[str, Any] | None]] = [
+# (row label, estimator factory (c, seed) or None, scenario algorithm block or None):
+# a method without an estimator has a federated row only
+METHODS: list[tuple[str, Callable[[int, int], Any] | None, dict[str, Any] | None]] = [
     (KMEANS, lambda c, s: _KMeansConcat(c, s), None),
     (
         "HK-MVFC (defaults)",
@@ -127,6 +128,17 @@ METHODS: list[tuple[str, Callable[[int, int], Any], dict[str, Any] | None]] = [
         'FedHK-MVC-Person (preset="real-data")',
         lambda c, s: alg.FedHKMVCPerson(c, preset="real-data", random_state=s),
         {"name": "fedhk-mvc-person", "preset": "real-data"},
+    ),
+    # summed statistics, the factor update on the server: the federation is one client
+    (
+        'FedHK-PARAFAC2 (preset="real-data", message: stats)',
+        None,
+        {"name": "fedhk-parafac2", "preset": "real-data", "message": "stats"},
+    ),
+    (
+        'FedHK-Tucker (preset="real-data", message: stats)',
+        None,
+        {"name": "fedhk-tucker", "preset": "real-data", "message": "stats"},
     ),
 ]
 
@@ -317,11 +329,12 @@ def table(
     for _, label, name, params in data:
         kmeans_s = 0.0
         for method, make, block in methods:
-            cell = summarize([centralized(make, name, params, s) for s in seeds])
-            if method == KMEANS:
-                kmeans_s = cell["s"]
-            lines.append(row(label, method, "centralized", cell, kmeans_s))
-            print(lines[-1], flush=True)
+            if make is not None:
+                cell = summarize([centralized(make, name, params, s) for s in seeds])
+                if method == KMEANS:
+                    kmeans_s = cell["s"]
+                lines.append(row(label, method, "centralized", cell, kmeans_s))
+                print(lines[-1], flush=True)
             if block is None:
                 continue
             cell = summarize([federated(block, name, params, s, clients, rounds) for s in seeds])

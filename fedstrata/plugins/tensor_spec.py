@@ -77,25 +77,33 @@ class EFkmvcSettings(_TensorSettings):
 
 
 class FedHkParafac2Settings(_TensorSettings):
-    """``fedhk-parafac2``: PARAFAC2 ``rank``, ``lam`` and ``tau``.
+    """``fedhk-parafac2``: PARAFAC2 ``rank``, ``lam``, ``tau`` and the ``message``.
 
     ``lam``: λ, the weight of the global factors in a client's blend; ``tau``: τ of the
-    clients' softmax weights.
+    clients' softmax weights. ``message``: ``factors`` (default, the paper's averaged
+    factors) or ``stats`` (summed statistics of one membership step, the factor update
+    on the server: a round is one centralised iteration whatever the split;
+    ``local_epochs`` is then 1).
     """
 
     name: Literal["fedhk-parafac2"]
     rank: Rank | None = None
     lam: Unit | None = None
     tau: Tau | None = None
+    message: Literal["factors", "stats"] | None = None
 
 
 class FedHkTuckerSettings(_TensorSettings):
-    """``fedhk-tucker``: Tucker's three ``ranks``, ``lam`` and ``tau``."""
+    """``fedhk-tucker``: Tucker's three ``ranks``, ``lam``, ``tau`` and the ``message``.
+
+    ``message`` as for ``fedhk-parafac2``.
+    """
 
     name: Literal["fedhk-tucker"]
     ranks: Ranks | None = None
     lam: Unit | None = None
     tau: Tau | None = None
+    message: Literal["factors", "stats"] | None = None
 
 
 class FedHkMvcPersonSettings(_TensorSettings):
@@ -169,10 +177,16 @@ def build(inp: BuildInput) -> Any:
         params["ranks"] = tuple(s.ranks)  # type: ignore[attr-defined]
     if getattr(s, "decomposition", None) is not None:
         params["decomposition"] = s.decomposition  # type: ignore[attr-defined]
+    if getattr(s, "message", None) is not None:
+        params["factor_message"] = s.message  # type: ignore[attr-defined]
+        if s.message == "stats" and "local_epochs" not in s.model_fields_set:  # type: ignore[attr-defined]
+            params["local_epochs"] = 1  # no local epochs: the server updates the factors
     try:
         return TensorModel(s.name, s.n_clusters, dims, **params)
     except FedstrataError as exc:
         msg = str(exc)
+        if "local_epochs" in msg:
+            raise ScenarioError(msg, path="algorithm.local_epochs") from exc
         key = next((k for k in ("ranks", "rank") if k in params and f"{k} " in msg.lower()), "")
         if not key and "rank" in msg.lower():
             key = next((k for k in ("ranks", "rank") if k in params), "")

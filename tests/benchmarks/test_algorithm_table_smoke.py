@@ -25,6 +25,10 @@ FEDERATED = (
     'FedHK-Tucker (preset="real-data")',
     'FedHK-MVC-Person (preset="real-data")',
 )
+FEDERATED_ONLY = (
+    'FedHK-PARAFAC2 (preset="real-data", message: stats)',
+    'FedHK-Tucker (preset="real-data", message: stats)',
+)
 
 
 def _module():
@@ -78,6 +82,8 @@ def test_smoke_writes_every_row_between_the_markers(tmp_path):
         for method in FEDERATED:
             settings = {r[2] for r in mine if r[1] == method}
             assert settings == {"centralized", "federated, 3 clients"}
+        for method in FEDERATED_ONLY:
+            assert [r[2] for r in mine if r[1] == method] == ["federated, 3 clients"]
         for r in mine:
             acc, nmi, ari, ari_min, sec, ratio = (float(c) for c in r[3:])
             assert 0 <= acc <= 1 and 0 <= nmi <= 1 and -1 <= ari_min <= ari <= 1

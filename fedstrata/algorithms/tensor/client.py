@@ -261,8 +261,33 @@ class TensorClient:
 
     # -- factor methods -----------------------------------------------------------------
 
+    def _step_factor_stats(self, glob: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """``factor_message="stats"``: one membership step's sums under the global model."""
+        m = self.model
+        n = self.n_samples
+        centers, v = self._global_centers(glob), self._global_v(glob)
+        _, F = _fked(self._data, centers)
+        Um = memberships(F, view_powers(v, m.alpha), m.m) ** m.m
+        D = distortions(Um, F)
+        s, c, off = m.n_views, m.n_clusters, m.offsets
+        ids = list(self.view_ids)
+        num = np.zeros((c, int(off[-1])))
+        den = np.zeros((c, s))
+        mass = Um.sum(axis=0)
+        for h, d in zip(ids, self._data, strict=True):
+            num[:, off[h] : off[h + 1]] = Um.T @ d.X
+            den[:, h] = mass
+        views = np.zeros(s)
+        views[ids] = D
+        return {
+            "S_num": num, "S_den": den, "presence": n * self._held.astype(np.float64),
+            "views": views, "nJ": objective(D, v, m.alpha), "n": n,
+        }  # fmt: skip
+
     def _step_factors(self, glob: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         m = self.model
+        if m.factor_message == "stats":
+            return self._step_factor_stats(glob)
         kind, dims, ids = m.kind, m.dims, list(self.view_ids)
         n = self.n_samples
         gf = {k: np.asarray(glob[k], dtype=np.float64) for k in FACTOR_KEYS[kind]}

@@ -55,9 +55,12 @@ from fedstrata.algorithms.tensor.decompositions import (
     FACTOR_KEYS,
     VIEW_BLOCK_KEYS,
     VIEW_ROW_KEYS,
+    align,
+    als_step,
     block_dims,
     factor_shapes,
     initial_factors,
+    reconstruct,
 )
 from fedstrata.errors import ValidationError
 
@@ -93,6 +96,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "stats_weights": ("fuzzy", "hk"),
     "omega_j": ("per_sample", "total"),
     "view_start": ("uniform", "global"),
+    "factor_message": ("factors", "stats"),
 }
 
 
@@ -194,6 +198,17 @@ class TensorModel:
         reach c (a rank below c cannot hold c clusters in the cluster mode). The padded
         rows are fitted to 0 and dropped from the reconstruction. Default ``False``
         (tensorly's PARAFAC2 as is: rank <= every d_h).
+    factor_message
+        FedHK-PARAFAC2 / FedHK-Tucker upload. ``"factors"`` (default; Eqs. 108-111):
+        each client runs ``local_epochs`` on its own data and sends its quality-weighted
+        factors, which the server averages. ``"stats"`` (the project's): each client
+        sends the sufficient statistics of one membership step under the global model
+        (Σ μ^m x per cluster and view, Σ μ^m, the view distortions D_h), and the server
+        computes the view weights (Eq. 31) and the ALS update of the factors on the
+        pooled fuzzy means. A round is then one iteration of the centralised algorithm,
+        whatever the split: tiny or non-IID clients lose nothing, as with HK-MVFC's
+        summed statistics. It needs ``local_epochs = 1`` (there are no local epochs)
+        and is not for FedHK-MVC-Person (nothing stays on the client to personalise).
     """
 
     method: str
@@ -224,6 +239,7 @@ class TensorModel:
     view_start: str = "global"
     bandwidth: float | None = None
     pad: bool = False
+    factor_message: str = "factors"
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -263,6 +279,27 @@ class TensorModel:
                     f"got {getattr(self, name)!r}"
                 )
         self._check_ranks()
+        self._check_factor_message()
+
+    def _check_factor_message(self) -> None:
+        if self.factor_message != "stats":
+            return
+        if self.kind == "centers":
+            raise ValidationError(
+                "factor_message is for the factor methods; E-FKMVC's summed statistics are "
+                "efkmvc_message='stats'"
+            )
+        if self.personalized:
+            raise ValidationError(
+                "factor_message='stats' leaves no factors on the client: FedHK-MVC-Person "
+                "needs them to personalise; use 'factors'"
+            )
+        if self.local_epochs != 1:
+            raise ValidationError(
+                "factor_message='stats' runs one membership step per round on the clients "
+                f"and the factor update on the server: local_epochs must be 1, got "
+                f"{self.local_epochs!r}"
+            )
 
     def _check_bandwidth(self) -> None:
         b = self.bandwidth
@@ -395,6 +432,15 @@ def message_shapes(model: TensorModel) -> dict[str, tuple[int, ...]]:
                 "n": (),
             }
         return {"A": (c, sd), "V": (s,), "presence": (s,), "nJ": (), "n": ()}
+    if model.factor_message == "stats":
+        return {
+            "S_num": (c, sd),
+            "S_den": (c, s),
+            "presence": (s,),
+            "views": (s,),
+            "nJ": (),
+            "n": (),
+        }
     shapes = factor_shapes(model.kind, c, model.dims, model.rank_tuple)
     tail = {"V": (s,), "presence": (s,), "views": (s,), "wn": (), "nJ": (), "n": (), "clients": ()}
     return {**shapes, **tail}
@@ -450,12 +496,15 @@ def aggregate(
     ``A^h = Σ S_num^h / Σ S_den^h``. Tensor methods: ``X = Σ ŵnX / Σ ŵn`` (Eqs. 108-111;
     per view row or block over its holders for the view factor and PARAFAC2's
     projections) and ``V`` likewise (Eq. 100) renormalised; ``J_ref ← J`` (or the mean
-    total J per client with ``omega_j="total"``).
+    total J per client with ``omega_j="total"``). ``factor_message="stats"``: the view
+    weights and one ALS step on the pooled fuzzy means (:func:`_aggregate_stats`).
     """
     n = float(total["n"])
     J = float(total["nJ"]) / n if n > 0 else float("nan")
     s = model.n_views
     pres = np.asarray(total["presence"], dtype=np.float64)
+    if model.kind != "centers" and model.factor_message == "stats":
+        return _aggregate_stats(model, total, previous, pres), J
     V = _simplex(np.asarray(total["V"]), pres, np.asarray(previous["V"]))
     off = model.offsets
     if model.kind == "centers":
@@ -489,6 +538,47 @@ def aggregate(
         J_ref = J
     out["J_ref"] = np.array(J_ref if math.isfinite(J_ref) else float(previous["J_ref"]))
     return out, J
+
+
+def _aggregate_stats(
+    model: TensorModel,
+    total: Mapping[str, np.ndarray],
+    previous: Mapping[str, np.ndarray],
+    pres: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """``factor_message="stats"``: view weights and one ALS update from the pooled sums.
+
+    The view weights solve Eq. 31 on the per-sample distortions D_h / Σ n·1[h] of the
+    views someone holds (the others keep their share). The targets are the pooled fuzzy
+    means Σ μ^m x / Σ μ^m (a cluster no sample weighs keeps its previous centre), the
+    cluster masses the mean of Σ μ^m over the held views, and the factors take one
+    ALS step from the previous ones towards them, gauge-aligned to them.
+    """
+    from fedstrata.algorithms.tensor._common import view_powers, view_weights
+
+    kind, dims, s = model.kind, model.dims, model.n_views
+    held = pres > 0
+    V = np.array(previous["V"], dtype=np.float64)
+    if held.any():
+        D = np.asarray(total["views"], dtype=np.float64)[held] / pres[held]
+        V[held] = view_weights(D, model.alpha) * max(1.0 - V[~held].sum(), 0.0)
+        V = V / V.sum()
+    f = {k: np.asarray(previous[k], dtype=np.float64) for k in FACTOR_KEYS[kind]}
+    before = reconstruct(kind, f, dims, range(s))
+    num = np.asarray(total["S_num"], dtype=np.float64)
+    den = np.asarray(total["S_den"], dtype=np.float64)
+    off = model.offsets
+    targets = [
+        _rows(num[:, off[h] : off[h + 1]], den[:, h], before[h]) for h in range(s)
+    ]  # a cluster's row of view h: its pooled mean where Σ μ^m > 0, else as before
+    N = den[:, held].mean(axis=1) if held.any() else np.zeros(model.n_clusters)
+    new = als_step(
+        kind, f, targets, N, view_powers(V, model.alpha), list(range(s)), dims,
+        model.rank_tuple, n_als=model.n_als, n_iter_parafac=model.n_iter_parafac,
+    )  # fmt: skip
+    new = align(kind, new, f)
+    out = {k: np.asarray(new[k], dtype=np.float64) for k in FACTOR_KEYS[kind]}
+    return {**out, "V": V, "J_ref": np.array(float(previous["J_ref"]))}
 
 
 def has_converged(previous_J: float, J: float, tol: float) -> bool:

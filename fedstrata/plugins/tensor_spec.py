@@ -76,7 +76,28 @@ class EFkmvcSettings(_TensorSettings):
     eps_v: Step | None = None
 
 
-class FedHkParafac2Settings(_TensorSettings):
+class _MessageSettings(_TensorSettings):
+    """The factor methods' ``message``: ``stats`` has no local epochs to set."""
+
+    message: Literal["factors", "stats"] | None = None
+
+    @model_validator(mode="after")
+    def _stats_have_no_epochs(self) -> _MessageSettings:
+        if self.message == "stats" and self.local_epochs not in (None, 1):
+            raise ScenarioErrors(
+                [
+                    ScenarioError(
+                        "message: stats has no local epochs (each round the clients send "
+                        "one membership step's sums and the server updates the factors): "
+                        f"local_epochs must be 1 or unset, got {self.local_epochs}",
+                        path="algorithm.local_epochs",
+                    )
+                ]
+            )
+        return self
+
+
+class FedHkParafac2Settings(_MessageSettings):
     """``fedhk-parafac2``: PARAFAC2 ``rank``, ``lam``, ``tau`` and the ``message``.
 
     ``lam``: λ, the weight of the global factors in a client's blend; ``tau``: τ of the
@@ -90,10 +111,9 @@ class FedHkParafac2Settings(_TensorSettings):
     rank: Rank | None = None
     lam: Unit | None = None
     tau: Tau | None = None
-    message: Literal["factors", "stats"] | None = None
 
 
-class FedHkTuckerSettings(_TensorSettings):
+class FedHkTuckerSettings(_MessageSettings):
     """``fedhk-tucker``: Tucker's three ``ranks``, ``lam``, ``tau`` and the ``message``.
 
     ``message`` as for ``fedhk-parafac2``.
@@ -103,7 +123,6 @@ class FedHkTuckerSettings(_TensorSettings):
     ranks: Ranks | None = None
     lam: Unit | None = None
     tau: Tau | None = None
-    message: Literal["factors", "stats"] | None = None
 
 
 class FedHkMvcPersonSettings(_TensorSettings):
@@ -185,8 +204,6 @@ def build(inp: BuildInput) -> Any:
         return TensorModel(s.name, s.n_clusters, dims, **params)
     except FedstrataError as exc:
         msg = str(exc)
-        if "local_epochs" in msg:
-            raise ScenarioError(msg, path="algorithm.local_epochs") from exc
         key = next((k for k in ("ranks", "rank") if k in params and f"{k} " in msg.lower()), "")
         if not key and "rank" in msg.lower():
             key = next((k for k in ("ranks", "rank") if k in params), "")

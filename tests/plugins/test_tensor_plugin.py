@@ -98,6 +98,17 @@ def test_a_run_equals_the_plain_loop(method, fogs):
     assert_close(root_state(fed), reference(fed, ROUNDS), rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("fogs", [0, 2], ids=["flat", "fog"])
+@pytest.mark.parametrize("method", ["fedhk-parafac2", "fedhk-tucker"])
+def test_a_summed_statistics_run_equals_the_plain_loop(method, fogs):
+    sc = scenario(method, fogs=fogs)
+    sc["algorithm"]["message"] = "stats"
+    fed, summary, _ = run(sc)
+    assert fed.model.factor_message == "stats" and fed.model.local_epochs == 1
+    assert summary["status"] == "round_limit" and summary["rounds"] == ROUNDS
+    assert_close(root_state(fed), reference(fed, ROUNDS), rtol=1e-7, atol=1e-9)
+
+
 def test_labels_of_every_client_come_from_the_final_model():
     fed, summary, _ = run(scenario("e-fkmvc"))
     labels = np.full(fed.dataset.n_samples, -1)

@@ -11,10 +11,9 @@ argmin memberships, so its federated statistics are the same additive sums.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
-
-import warnings
 
 import numpy as np
 

@@ -56,7 +56,7 @@ def test_mvkm_ed_warns_when_the_kernel_cannot_rank_the_centres() -> None:
 
 
 def test_mvkm_ed_on_unit_scale_views_neither_warns_nor_ties() -> None:
-    views, y = _blobs(scale=1.0, offset=1.0)  # β·‖x − a‖² of order 1
+    views, _ = _blobs(scale=1.0, offset=1.0)  # β·‖x − a‖² of order 1
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="MVKM-ED", category=ConvergenceWarning)
         est = MVKMED(3, init="k-means++", random_state=0, n_init=5).fit(views)

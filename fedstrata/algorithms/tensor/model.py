@@ -420,27 +420,16 @@ def model_shapes(model: TensorModel) -> dict[str, tuple[int, ...]]:
 def message_shapes(model: TensorModel) -> dict[str, tuple[int, ...]]:
     """Shapes of one client's message arrays, in their fixed order (see the module doc)."""
     c, s, sd = model.n_clusters, model.n_views, int(sum(model.dims))
+    # summed statistics: E-FKMVC's also carry its clients' view weights, the factor
+    # methods' server computes them from the distortions
+    sums = {"S_num": (c, sd), "S_den": (c, s)}
+    tail_of_sums = {"presence": (s,), "views": (s,), "nJ": (), "n": ()}
     if model.kind == "centers":
         if model.efkmvc_message == "stats":
-            return {
-                "S_num": (c, sd),
-                "S_den": (c, s),
-                "V": (s,),
-                "presence": (s,),
-                "views": (s,),
-                "nJ": (),
-                "n": (),
-            }
+            return {**sums, "V": (s,), **tail_of_sums}
         return {"A": (c, sd), "V": (s,), "presence": (s,), "nJ": (), "n": ()}
     if model.factor_message == "stats":
-        return {
-            "S_num": (c, sd),
-            "S_den": (c, s),
-            "presence": (s,),
-            "views": (s,),
-            "nJ": (),
-            "n": (),
-        }
+        return {**sums, **tail_of_sums}
     shapes = factor_shapes(model.kind, c, model.dims, model.rank_tuple)
     tail = {"V": (s,), "presence": (s,), "views": (s,), "wn": (), "nJ": (), "n": (), "clients": ()}
     return {**shapes, **tail}

@@ -242,7 +242,7 @@ def data_notes(model: MultiViewModel, views: Any) -> list[str]:
     return [
         f"algorithm.m = {model.m:g} is at or above {ceiling:.3f}, the fuzzifier ceiling of "
         "the pooled data: from there the grand mean is a stable fixed point and the "
-        f"memberships tend to 1/c. Choose m in (1, {ceiling:.3f}); the rule "
+        f"memberships drift towards 1/c. Choose m in (1, {ceiling:.3f}); the rule "
         f"1 + 0.75·(m* - 1) gives {rule:.3f}"
     ]
 

@@ -83,17 +83,32 @@ class _MessageSettings(_TensorSettings):
 
     @model_validator(mode="after")
     def _stats_have_no_epochs(self) -> _MessageSettings:
-        if self.message == "stats" and self.local_epochs not in (None, 1):
-            raise ScenarioErrors(
-                [
-                    ScenarioError(
-                        "message: stats has no local epochs (each round the clients send "
-                        "one membership step's sums and the server updates the factors): "
-                        f"local_epochs must be 1 or unset, got {self.local_epochs}",
-                        path="algorithm.local_epochs",
-                    )
-                ]
+        if self.message != "stats":
+            return self
+        errors = []
+        if self.local_epochs not in (None, 1):
+            errors.append(
+                ScenarioError(
+                    "message: stats has no local epochs (each round the clients send "
+                    "one membership step's sums and the server updates the factors): "
+                    f"local_epochs must be 1 or unset, got {self.local_epochs}",
+                    path="algorithm.local_epochs",
+                )
             )
+        for key, what in (
+            ("lam", "the blend of global and local factors"),
+            ("tau", "the clients' quality weights"),
+        ):
+            if key in self.model_fields_set:
+                errors.append(
+                    ScenarioError(
+                        f"message: stats keeps no factors on the clients, so {key} "
+                        f"({what}) has no part in it; remove {key}",
+                        path=f"algorithm.{key}",
+                    )
+                )
+        if errors:
+            raise ScenarioErrors(errors)
         return self
 
 

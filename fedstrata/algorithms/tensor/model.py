@@ -208,7 +208,8 @@ class TensorModel:
         pooled fuzzy means. A round is then one iteration of the centralised algorithm,
         whatever the split: tiny or non-IID clients lose nothing, as with HK-MVFC's
         summed statistics. It needs ``local_epochs = 1`` (there are no local epochs)
-        and is not for FedHK-MVC-Person (nothing stays on the client to personalise).
+        and is not for FedHK-MVC-Person (nothing stays on the client to personalise);
+        ``lam``, ``tau``, ``view_start`` and ``omega_j`` play no part in it.
     """
 
     method: str

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import threading
+import time
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -71,13 +72,19 @@ class Watcher:
         self.client.disconnect()
 
 
-def _final_model(heard, topic: str, offset: int) -> bytes:
-    for t, payload in heard:
-        if t == topic and payload:
-            env = wire.decode(payload[offset:])
-            if env.kind == "model" and env.body.get("phase") == "final":
-                return payload
-    raise AssertionError(f"no final model was heard on {topic}")
+def _final_model(heard, topic: str, offset: int, wait_s: float = 10.0) -> bytes:
+    # the watcher has its own connection: the run can return before the broker has
+    # delivered the root's last broadcast to it (seen once in a loaded CI run)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for t, payload in list(heard):
+            if t == topic and payload:
+                env = wire.decode(payload[offset:])
+                if env.kind == "model" and env.body.get("phase") == "final":
+                    return payload
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no final model was heard on {topic}")
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("insecure", [False, True])

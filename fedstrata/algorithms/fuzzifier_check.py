@@ -17,7 +17,7 @@ from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.multiview import MultiViewModel, bandwidth_scales
 from fedstrata.errors import ValidationError
 
-__all__ = ["checked_fuzzifier", "metric_weights"]
+__all__ = ["checked_fuzzifier", "fuzzifier_excess", "metric_weights"]
 
 
 def metric_weights(data: list[np.ndarray], model: MultiViewModel) -> list[np.ndarray] | None:
@@ -29,6 +29,22 @@ def metric_weights(data: list[np.ndarray], model: MultiViewModel) -> list[np.nda
     return [1.0 / s for s in bandwidth_scales([kernel_reference(X) for X in data], model)]
 
 
+def fuzzifier_excess(data: list[np.ndarray], model: MultiViewModel) -> tuple[float, float] | None:
+    """(m*(α), the rule's m) if the model's m is at or above the data's ceiling, else None.
+
+    None also for hard memberships and for per-sample kernels (no fixed metric).
+    """
+    if model.membership == "hard":
+        return None
+    weights = metric_weights(data, model)
+    if weights is None:
+        return None
+    ceiling = fuzzifier_ceiling(data, weights, model.alpha)
+    if model.m < ceiling:
+        return None
+    return ceiling, recommended_fuzzifier(min(ceiling, fuzzifier_ceiling(data, weights)))
+
+
 def checked_fuzzifier(
     owner: str, data: list[np.ndarray], model: MultiViewModel, *, auto: bool
 ) -> MultiViewModel:
@@ -38,15 +54,10 @@ def checked_fuzzifier(
     :func:`~fedstrata.algorithms.fuzzifier.recommended_fuzzifier`'s; an explicit one
     raises a ValidationError naming the range (1, m*).
     """
-    if model.membership == "hard":
+    excess = fuzzifier_excess(data, model)
+    if excess is None:
         return model
-    weights = metric_weights(data, model)
-    if weights is None:
-        return model
-    ceiling = fuzzifier_ceiling(data, weights, model.alpha)
-    if model.m < ceiling:
-        return model
-    rule = recommended_fuzzifier(min(ceiling, fuzzifier_ceiling(data, weights)))
+    ceiling, rule = excess
     if auto:
         return replace(model, m=rule)
     raise ValidationError(

@@ -226,19 +226,12 @@ def data_notes(model: MultiViewModel, views: Any) -> list[str]:
     that holds it says so in its record. Per-sample kernels (Type 1/2) have no fixed
     metric and are not checked.
     """
-    from fedstrata.algorithms.fuzzifier import fuzzifier_ceiling, recommended_fuzzifier
-    from fedstrata.algorithms.fuzzifier_check import metric_weights
+    from fedstrata.algorithms.fuzzifier_check import fuzzifier_excess
 
-    if model.membership == "hard":
+    excess = fuzzifier_excess([np.asarray(X, dtype=np.float64) for X in views], model)
+    if excess is None:
         return []
-    data = [np.asarray(X, dtype=np.float64) for X in views]
-    weights = metric_weights(data, model)
-    if weights is None:
-        return []
-    ceiling = fuzzifier_ceiling(data, weights, model.alpha)
-    if model.m < ceiling:
-        return []
-    rule = recommended_fuzzifier(min(ceiling, fuzzifier_ceiling(data, weights)))
+    ceiling, rule = excess
     return [
         f"algorithm.m = {model.m:g} is at or above {ceiling:.3f}, the fuzzifier ceiling of "
         "the pooled data: from there the grand mean is a stable fixed point and the "

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedstrata.algorithms.tensor._common import view_powers, view_weights
 from fedstrata.algorithms.tensor.decompositions import (
     DECOMPOSITIONS,
     FACTOR_KEYS,
@@ -544,8 +545,6 @@ def _aggregate_stats(
     cluster masses the mean of Σ μ^m over the held views, and the factors take one
     ALS step from the previous ones towards them, gauge-aligned to them.
     """
-    from fedstrata.algorithms.tensor._common import view_powers, view_weights
-
     kind, dims, s = model.kind, model.dims, model.n_views
     held = pres > 0
     V = np.array(previous["V"], dtype=np.float64)

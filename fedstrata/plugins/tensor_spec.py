@@ -118,8 +118,9 @@ class FedHkParafac2Settings(_MessageSettings):
     ``lam``: λ, the weight of the global factors in a client's blend; ``tau``: τ of the
     clients' softmax weights. ``message``: ``factors`` (default, the paper's averaged
     factors) or ``stats`` (summed statistics of one membership step, the factor update
-    on the server: a round is one centralised iteration whatever the split;
-    ``local_epochs`` is then 1).
+    on the server; ``local_epochs`` is then 1). With ``preset: real-data`` (a kernel on
+    the pooled variances) a stats round is one centralised iteration whatever the
+    split; the paper's min-max coefficients are each client's own, so there it is not.
     """
 
     name: Literal["fedhk-parafac2"]

@@ -206,11 +206,13 @@ class TensorModel:
         sends the sufficient statistics of one membership step under the global model
         (Σ μ^m x per cluster and view, Σ μ^m, the view distortions D_h), and the server
         computes the view weights (Eq. 31) and the ALS update of the factors on the
-        pooled fuzzy means. A round is then one iteration of the centralised algorithm,
+        pooled fuzzy means. With pooled kernel coefficients (a ``bandwidth``, or
+        ``delta="pooled"``) a round is then one iteration of the centralised algorithm,
         whatever the split: tiny or non-IID clients lose nothing, as with HK-MVFC's
-        summed statistics. It needs ``local_epochs = 1`` (there are no local epochs)
-        and is not for FedHK-MVC-Person (nothing stays on the client to personalise);
-        ``lam``, ``tau``, ``view_start`` and ``omega_j`` play no part in it.
+        summed statistics (``delta="local"`` measures each client against its own
+        range). It needs ``local_epochs = 1`` (there are no local epochs) and is not for
+        FedHK-MVC-Person (nothing stays on the client to personalise); ``lam``, ``tau``,
+        ``view_start`` and ``omega_j`` play no part in it.
     """
 
     method: str

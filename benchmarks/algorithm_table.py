@@ -383,14 +383,24 @@ def update_rows(old: list[str], new: list[str]) -> list[str]:
     return out
 
 
-def update_markdown(path: Path, lines: list[str]) -> None:
-    """Replace, in the table between ``path``'s markers, the rows this run measured."""
+def _marked(path: Path) -> tuple[str, int, int]:
+    """``path``'s text and where its table goes: from after BEGIN up to END."""
     text = path.read_text(encoding="utf-8")
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         sys.exit(f"{path} has no {BEGIN} ... {END} markers: add them where the table goes")
-    block = text[start + len(BEGIN) : end].strip("\n").split("\n")
-    write_markdown(path, "\n".join(update_rows(block, lines)))
+    return text, start + len(BEGIN), end
+
+
+def _put(path: Path, text: str, start: int, end: int, block: str) -> None:
+    path.write_text(text[:start] + "\n" + block + "\n" + text[end:], encoding="utf-8")
+
+
+def update_markdown(path: Path, lines: list[str]) -> None:
+    """Replace, in the table between ``path``'s markers, the rows this run measured."""
+    text, start, end = _marked(path)
+    block = text[start:end].strip("\n").split("\n")
+    _put(path, text, start, end, "\n".join(update_rows(block, lines)))
 
 
 def write_markdown(path: Path, block: str) -> None:
@@ -398,11 +408,7 @@ def write_markdown(path: Path, block: str) -> None:
     if not path.exists():
         path.write_text(block + "\n", encoding="utf-8")
         return
-    text = path.read_text(encoding="utf-8")
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        sys.exit(f"{path} has no {BEGIN} ... {END} markers: add them where the table goes")
-    path.write_text(text[: start + len(BEGIN)] + "\n" + block + "\n" + text[end:], encoding="utf-8")
+    _put(path, *_marked(path), block)
 
 
 def main() -> None:

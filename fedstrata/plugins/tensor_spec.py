@@ -212,10 +212,11 @@ def build(inp: BuildInput) -> Any:
         params["ranks"] = tuple(s.ranks)  # type: ignore[attr-defined]
     if getattr(s, "decomposition", None) is not None:
         params["decomposition"] = s.decomposition  # type: ignore[attr-defined]
-    if getattr(s, "message", None) is not None:
-        params["factor_message"] = s.message  # type: ignore[attr-defined]
-        if s.message == "stats" and "local_epochs" not in s.model_fields_set:  # type: ignore[attr-defined]
-            params["local_epochs"] = 1  # no local epochs: the server updates the factors
+    message = getattr(s, "message", None)
+    if message is not None:
+        params["factor_message"] = message
+    if message == "stats":  # no local epochs: the settings refuse any value but 1
+        params.setdefault("local_epochs", 1)
     try:
         return TensorModel(s.name, s.n_clusters, dims, **params)
     except FedstrataError as exc:

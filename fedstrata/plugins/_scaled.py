@@ -25,10 +25,14 @@ __all__ = ["ScaledViewsLearner", "scale_with_ranges"]
 
 
 def scale_with_ranges(
-    views: Sequence[np.ndarray], refs: Sequence[KernelReference]
+    views: Sequence[np.ndarray], refs: Sequence[KernelReference], center: bool = False
 ) -> list[np.ndarray]:
-    """Each view min-max scaled with its pooled per-feature range."""
-    return minmax_scale_views(views, [r.minimum for r in refs], [r.maximum for r in refs])
+    """Each view min-max scaled with its pooled per-feature range.
+
+    With ``center`` the scaled views are also centred at the pooled mean.
+    """
+    mean = [r.mean for r in refs] if center else None
+    return minmax_scale_views(views, [r.minimum for r in refs], [r.maximum for r in refs], mean)
 
 
 class ScaledViewsLearner(Learner):

@@ -13,9 +13,10 @@ and secure aggregation can mask it.
 
 The setup round is the multi-view one: clients report per-view min/max/sum (merged
 exactly into the pooled per-feature range) and k-means candidates; the root scales
-the candidates into [0, 1] with the pooled range and builds the first global model
-from them (:func:`~fedstrata.algorithms.tensor.initial_global`). Each client scales
-its own views with the same pooled range, so every client works in one space.
+the candidates into [0, 1] with the pooled range (and, with ``center_views``, centres
+them at the pooled mean) and builds the first global model from them
+(:func:`~fedstrata.algorithms.tensor.initial_global`). Each client scales its own views
+the same way, so every client works in one space.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class TensorAlgorithm(SharedSetupRound, Algorithm):
         from fedstrata.algorithms.tensor.client import TensorClient  # tensorly: on first use
         from fedstrata.algorithms.tensor.kernel import view_scales
 
-        scaled = scale_with_ranges(views, refs)
+        scaled = scale_with_ranges(views, refs, self.model.center_views)
         scales = None
         if self.model.bandwidth is not None:
             scales = view_scales(self.model, refs, view_ids, minmax=True)
@@ -182,7 +183,7 @@ class TensorAlgorithm(SharedSetupRound, Algorithm):
         refs = [r for r in found if r is not None]
         complete = len(refs) == len(found)
         if complete and state is None and len(merged.get("init_w", ())) == self.shape.n_clusters:
-            centers = scale_with_ranges(merged["init"], refs)
+            centers = scale_with_ranges(merged["init"], refs, self.model.center_views)
             state = initial_global(self.model, centers)
         return state, extras, complete
 

@@ -58,7 +58,10 @@ class _TensorSettings(AlgorithmSettings):
     of the pooled feature variances, ranks that hold every cluster; see
     ``fedstrata.algorithms.tensor.presets``). Keys set explicitly win over the preset.
     ``m`` in (1, 2], at most 1.4 with a bandwidth (memberships flatten above);
-    ``alpha`` in (1, 1000]; ``bandwidth`` in [2, 64].
+    ``alpha`` in (1, 1000]; ``bandwidth`` in [2, 64]. ``center_views``: centre the
+    scaled views at the pooled mean (needs a bandwidth; on under ``real-data`` for
+    PARAFAC2, where it loosens PARAFAC2's tie between the views' centre Gram
+    matrices).
     """
 
     m: Fuzzifier = 2.0
@@ -66,6 +69,7 @@ class _TensorSettings(AlgorithmSettings):
     local_epochs: Epochs | None = None
     preset: Literal["paper", "real-data"] | None = None
     bandwidth: Bandwidth | None = None
+    center_views: bool | None = None
 
 
 class EFkmvcSettings(_TensorSettings):
@@ -186,6 +190,7 @@ _KEYS = (
     "tau",
     "rho",
     "beta",
+    "center_views",
 )
 
 
@@ -221,6 +226,8 @@ def build(inp: BuildInput) -> Any:
         return TensorModel(s.name, s.n_clusters, dims, **params)
     except FedstrataError as exc:
         msg = str(exc)
+        if msg.startswith("center_views"):
+            raise ScenarioError(msg, path="algorithm.center_views") from exc
         key = next((k for k in ("ranks", "rank") if k in params and f"{k} " in msg.lower()), "")
         if not key and "rank" in msg.lower():
             key = next((k for k in ("ranks", "rank") if k in params), "")

@@ -51,14 +51,24 @@ EPS_D = 1e-300
 
 
 def minmax_scale_views(
-    views: Sequence[np.ndarray], minimum: Sequence[np.ndarray], maximum: Sequence[np.ndarray]
+    views: Sequence[np.ndarray],
+    minimum: Sequence[np.ndarray],
+    maximum: Sequence[np.ndarray],
+    mean: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
-    """Per-feature min-max scaling of each view into [0, 1] (a constant feature maps to 0)."""
+    """Per-feature min-max scaling of each view into [0, 1] (a constant feature maps to 0).
+
+    With ``mean`` (per view, the pooled per-feature means in the raw units) the scaled
+    views are also centred: the scaled mean is subtracted, so the pooled data has mean 0
+    (``TensorModel.center_views``).
+    """
+    means: Sequence[np.ndarray | None] = [None] * len(views) if mean is None else mean
     out = []
-    for X, lo, hi in zip(views, minimum, maximum, strict=True):
+    for X, lo, hi, mu in zip(views, minimum, maximum, means, strict=True):
         span = hi - lo
         safe = np.where(span > 0, span, 1.0)
-        out.append(np.where(span > 0, (X - lo) / safe, 0.0))
+        shift = lo if mu is None else mu
+        out.append(np.where(span > 0, (X - shift) / safe, 0.0))
     return out
 
 

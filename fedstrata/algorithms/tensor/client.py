@@ -308,7 +308,7 @@ class TensorClient:
                 kind, f, targets, N, view_powers(v, m.alpha), ids, dims, m.rank_tuple,
                 n_als=m.n_als, n_iter_parafac=m.n_iter_parafac,
             )  # fmt: skip
-            f = align(kind, f, gf)
+            f = align(kind, f, gf, signs=m.factor_signs)
             A = reconstruct(kind, f, dims, ids)
             D, v, J = _view_step(self._data, Um, A, m.alpha)
             if np.isfinite(J_old) and abs(J - J_old) <= m.local_tol * abs(J_old):

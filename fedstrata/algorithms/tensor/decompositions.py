@@ -40,6 +40,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedstrata.errors import ValidationError
+
 __all__ = [
     "DECOMPOSITIONS",
     "FACTOR_KEYS",
@@ -294,15 +296,20 @@ def _polar(M: np.ndarray) -> np.ndarray:
     return Y @ Zt
 
 
-def align(kind: str, f: Factors, ref: Factors | None) -> Factors:
+def align(kind: str, f: Factors, ref: Factors | None, signs: str = "sum") -> Factors:
     """Fix the gauge of ``f`` (the reconstruction is unchanged).
 
     Tucker: rotate each factor onto ``ref``'s (orthogonal Procrustes, ``O_n =
     polar(U_nᵀ U_n^ref)``, ``U_n ← U_n O_n``, ``G ← G ×_n O_nᵀ``); without ``ref``
     nothing changes. PARAFAC2 and CP: unit-norm columns of the cluster and view factors
     with the scale moved into the core's columns (PARAFAC2's ``B``) or the feature factor
-    (CP's ``F``), signs fixed so that each column of both has a non-negative sum.
+    (CP's ``F``), signs fixed so that each column of both has a non-negative sum
+    (``signs="sum"``) or, with ``signs="reference"`` and a ``ref``, a non-negative inner
+    product with ``ref``'s column: on centred data the sums are near 0 and their signs
+    would differ from client to client, so averaged columns would cancel.
     """
+    if signs not in ("sum", "reference"):
+        raise ValidationError(f"signs must be 'sum' or 'reference', got {signs!r}")
     from tensorly.tenalg import mode_dot
 
     out = dict(f)
@@ -322,7 +329,8 @@ def align(kind: str, f: Factors, ref: Factors | None) -> Factors:
         X = out[key]
         norm = np.linalg.norm(X, axis=0)
         norm = np.where(norm > 0, norm, 1.0)
-        sign = np.where(X.sum(axis=0) < 0, -1.0, 1.0)
+        agree = X.sum(axis=0) if signs == "sum" or ref is None else (X * ref[key]).sum(axis=0)
+        sign = np.where(agree < 0, -1.0, 1.0)
         out[key] = X * (sign / norm)
         scale = scale * norm * sign
     out[absorb] = out[absorb] * scale[None, :]

@@ -92,7 +92,8 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
         The final global model (centres ``A`` and ``V`` for E-FKMVC; the factors, ``V``
         and ``J_ref`` for the factor methods).
     centers_ : list of ndarray (c, d_h)
-        The model's centres per view, in the scaled space.
+        The model's centres per view, in the scaled space (min-max, and centred at the
+        training mean when ``model_.center_views``).
     view_weights_ : ndarray (s,)
     model_ : TensorModel
     converged_ : bool
@@ -159,7 +160,7 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
         self.view_weights_ = np.array(res.model["V"])
         self.centers_ = self._centers(model, res.model)
         self.n_features_in_ = [X.shape[1] for X in data]
-        self._ranges = (res.minimum, res.maximum)
+        self._ranges = (res.minimum, res.maximum, res.mean)
         self._scales = res.clients[0].kernel_scales
         return self
 
@@ -175,13 +176,14 @@ class _TensorEstimator(ClusterMixin, BaseEstimator):
     def predict_memberships(self, views: Any) -> np.ndarray:
         """Memberships (n, c) of new samples under the fitted global model.
 
-        The new views are scaled with the training range and their heat-kernel
-        coefficients measured against it.
+        The new views are scaled with the training range (and centred at the training
+        mean when the model centres its views) and their heat-kernel coefficients
+        measured against it.
         """
         data = check_new_views(self, views, "factors_")
-        lo, hi = self._ranges
+        lo, hi, mean = self._ranges
         if lo is not None and hi is not None:
-            data = minmax_scale_views(data, lo, hi)
+            data = minmax_scale_views(data, lo, hi, mean)
         model = dataclasses.replace(self.model_, delta="pooled")
         client = TensorClient(model, data, range(model.n_views), self._scales)
         return client.memberships(self.factors_)

@@ -54,6 +54,9 @@ class TensorFitResult:
     minimum, maximum
         Pooled per-view feature ranges the data was scaled with (``None`` with
         ``scaling="none"``).
+    mean
+        Pooled per-view feature means the scaled data was centred at (raw units;
+        ``None`` unless ``model.center_views`` and ``scaling="minmax"``).
     initial
         The first global model.
     """
@@ -67,6 +70,7 @@ class TensorFitResult:
     clients: list[TensorClient] = field(repr=False)
     minimum: list[np.ndarray] | None = field(default=None, repr=False)
     maximum: list[np.ndarray] | None = field(default=None, repr=False)
+    mean: list[np.ndarray] | None = field(default=None, repr=False)
     initial: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
 
@@ -78,21 +82,36 @@ def _generator(random_state: Any) -> np.random.Generator:
     return np.random.default_rng(random_state)
 
 
-def _scaled(
-    refs: Sequence[KernelReference],
-    data: Sequence[list[np.ndarray]],
-    ids: Sequence[list[int]],
-    scaling: str,
-) -> tuple[list[np.ndarray] | None, list[np.ndarray] | None, list[list[np.ndarray]]]:
-    """The pooled ranges (``None`` unscaled) and every client's views in the clients' space."""
+@dataclass(frozen=True)
+class _Space:
+    """The pooled ranges and means (``None`` where unused) the clients scale with."""
+
+    minimum: list[np.ndarray] | None = None
+    maximum: list[np.ndarray] | None = None
+    mean: list[np.ndarray] | None = None
+
+    def scale(self, views: Sequence[np.ndarray], ids: Sequence[int]) -> list[np.ndarray]:
+        """``views`` (global ids ``ids``) in the clients' space."""
+        if self.minimum is None or self.maximum is None:
+            return list(views)
+        lo, hi, mu = self.minimum, self.maximum, self.mean
+        means = None if mu is None else [mu[h] for h in ids]
+        return minmax_scale_views(views, [lo[h] for h in ids], [hi[h] for h in ids], means)
+
+    def from_unit(self, centers: list[np.ndarray]) -> list[np.ndarray]:
+        """Centres drawn in the min-max unit box, moved into the clients' (centred) space."""
+        if self.mean is None or self.minimum is None or self.maximum is None:
+            return centers
+        rows = [mu[None, :] for mu in self.mean]
+        offsets = minmax_scale_views(rows, self.minimum, self.maximum)
+        return [c - o for c, o in zip(centers, offsets, strict=True)]
+
+
+def _space(model: TensorModel, refs: Sequence[KernelReference], scaling: str) -> _Space:
     if scaling != "minmax":
-        return None, None, list(data)
-    lo, hi = [r.minimum for r in refs], [r.maximum for r in refs]
-    scaled = [
-        minmax_scale_views(views, [lo[h] for h in g], [hi[h] for h in g])
-        for views, g in zip(data, ids, strict=True)
-    ]
-    return lo, hi, scaled
+        return _Space()
+    mean = [r.mean for r in refs] if model.center_views else None
+    return _Space([r.minimum for r in refs], [r.maximum for r in refs], mean)
 
 
 def tensor_federated_fit(
@@ -176,7 +195,8 @@ def tensor_federated_fit(
     scales = None
     if model.bandwidth is not None:  # pooled variances, in the space the clients work in
         scales = view_scales(model, refs, range(s), minmax=scaling == "minmax")
-    lo, hi, scaled = _scaled(refs, data, ids, scaling)
+    space = _space(model, refs, scaling)
+    scaled = [space.scale(views, g) for views, g in zip(data, ids, strict=True)]
     centers: list[np.ndarray] | None = None
     if init in ("kmeans", "kmeans-best"):
         cands = [
@@ -192,12 +212,9 @@ def tensor_federated_fit(
             weights = np.concatenate([c[1] for c in cands])
             reduced, w = reduce_candidates(per_view, weights, model.n_clusters, rng)
             if w.size == model.n_clusters:
-                centers = (
-                    minmax_scale_views(reduced, lo, hi) if lo is not None and hi is not None
-                    else reduced
-                )  # fmt: skip
+                centers = space.scale(reduced, range(s))
     if centers is None:
-        centers = [rng.random((model.n_clusters, d)) for d in model.dims]
+        centers = space.from_unit([rng.random((model.n_clusters, d)) for d in model.dims])
     glob = initial_global(model, centers)
     first = {k: np.array(v) for k, v in glob.items()}
 
@@ -227,7 +244,8 @@ def tensor_federated_fit(
         n_rounds=len(history),
         converged=converged,
         clients=tcs,
-        minimum=lo,
-        maximum=hi,
+        minimum=space.minimum,
+        maximum=space.maximum,
+        mean=space.mean,
         initial=first,
     )

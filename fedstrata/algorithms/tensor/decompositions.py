@@ -188,10 +188,18 @@ def initial_factors(
             f = {"B": B * w, "C": C, "A": Aw, "P": np.vstack(P)}
             return align(kind, f, None)
         T, M = _padded(centers, views, c, dims)
-        w, (C, F, Aw) = parafac(
-            T, ranks[0], init="svd", mask=M, n_iter_max=200, tol=1e-10,
-            random_state=_TENSORLY_SEED,
-        )  # fmt: skip
+        try:
+            w, (C, F, Aw) = parafac(
+                T, ranks[0], init="svd", mask=M, n_iter_max=200, tol=1e-10,
+                random_state=_TENSORLY_SEED,
+            )  # fmt: skip
+        except np.linalg.LinAlgError:
+            # a rank above what the small tensor holds (c·s components of a c × D × s
+            # tensor) makes the normal equations singular; the ridge the ALS step uses
+            w, (C, F, Aw) = parafac(
+                T, ranks[0], init="svd", mask=M, n_iter_max=200, tol=1e-10, l2_reg=1e-10,
+                random_state=_TENSORLY_SEED,
+            )  # fmt: skip
         return align(kind, {"C": C, "F": F * w, "A": Aw}, None)
 
 

@@ -51,8 +51,8 @@ from fedstrata.algorithms.presets import DEFAULTS as HK_DEFAULTS
 from fedstrata.errors import ValidationError
 
 __all__ = [
-    "REAL_DATA_M",
     "REAL_DATA_LAM",
+    "REAL_DATA_M",
     "TENSOR_PRESETS",
     "preset_init",
     "preset_model_settings",

@@ -58,9 +58,7 @@ def reference(fed, rounds: int, private: bool = False) -> dict[str, np.ndarray]:
     """The federation as a loop: the same clients, the recorded first model, plain sums.
 
     ``private``: the run's setup was private (sums only), so its ranges are the pooled
-    mean ± 3 population s.d.s rather than the extremes no client may disclose. A model
-    with ``center_views`` works on views centred at the pooled mean; one with a
-    bandwidth on kernel widths from the pooled variances (numpy's, over all samples).
+    mean ± 3 population s.d.s rather than the extremes no client may disclose.
     """
     model = fed.model
     X = fed.dataset.views
@@ -74,19 +72,11 @@ def reference(fed, rounds: int, private: bool = False) -> dict[str, np.ndarray]:
 
     def scaled(V, h):
         span = hi[h] - lo[h]
-        shift = X[h][every].mean(axis=0) if model.center_views else lo[h]
-        return np.where(span > 0, (V - shift) / np.where(span > 0, span, 1.0), 0.0)
-
-    def widths(h):  # γ·D̄·var_j of the scaled pooled data (HK-MVFC's bandwidth kernel)
-        mean_dim = np.mean(model.dims)
-        return model.bandwidth * mean_dim * scaled(X[h][every], h).var(axis=0)
+        return np.where(span > 0, (V - lo[h]) / np.where(span > 0, span, 1.0), 0.0)
 
     clients = [
         TensorClient(
-            model,
-            [scaled(X[h][idx], h) for h in fed.client_views[c]],
-            fed.client_views[c],
-            None if model.bandwidth is None else [widths(h) for h in fed.client_views[c]],
+            model, [scaled(X[h][idx], h) for h in fed.client_views[c]], fed.client_views[c]
         )
         for c, idx in fed.client_indices.items()
     ]
@@ -117,16 +107,6 @@ def test_a_summed_statistics_run_equals_the_plain_loop(method, fogs):
     assert fed.model.factor_message == "stats" and fed.model.local_epochs == 1
     assert summary["status"] == "round_limit" and summary["rounds"] == ROUNDS
     assert_close(root_state(fed), reference(fed, ROUNDS), rtol=1e-7, atol=1e-9)
-
-
-@pytest.mark.parametrize("method", ["fedhk-parafac2", "fedhk-mvc-person"])
-def test_a_real_data_run_on_centred_views_equals_the_plain_loop(method):
-    sc = scenario(method)
-    sc["algorithm"]["preset"] = "real-data"
-    fed, summary, _ = run(sc)
-    assert fed.model.center_views and fed.model.factor_signs == "reference"
-    assert summary["rounds"] == ROUNDS
-    assert_close(root_state(fed), reference(fed, ROUNDS), rtol=1e-6, atol=1e-8)
 
 
 def test_labels_of_every_client_come_from_the_final_model():

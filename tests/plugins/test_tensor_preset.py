@@ -40,13 +40,19 @@ def run(sc: dict):
 
 
 def reference(fed) -> dict[str, np.ndarray]:
-    """The run as a loop, each client's kernel widths γ·D̄·var_j of the pooled scaled data."""
+    """The run as a loop, each client's kernel widths γ·D̄·var_j of the pooled scaled data.
+
+    With ``center_views`` (PARAFAC2 under the preset) the scaled views are centred at
+    their pooled mean, numpy's over every sample.
+    """
     model = fed.model
     X = fed.dataset.views
     every = np.concatenate(list(fed.client_indices.values()))
     lo = [V[every].min(axis=0) for V in X]
     span = [V[every].max(axis=0) - V[every].min(axis=0) for V in X]
     scaled = [(V - lo[h]) / span[h] for h, V in enumerate(X)]
+    if model.center_views:
+        scaled = [S - S[every].mean(axis=0) for S in scaled]
     dbar = np.mean([V.shape[1] for V in X])
     widths = [model.bandwidth * dbar * S[every].var(axis=0) for S in scaled]
     clients = [
@@ -70,6 +76,7 @@ def test_a_real_data_run_equals_the_plain_loop_and_separates_the_clusters(method
     fed, summary, _ = run(scenario(method))
     model = fed.model
     assert (model.m, model.alpha, model.bandwidth) == (1.3, 50.0, 8.0)
+    assert model.center_views == (model.kind == "parafac2")
     assert summary["rounds"] == ROUNDS
     state, want = fed.sim.results["cloud"]["state"], reference(fed)
     for key in want:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -116,3 +118,14 @@ def test_predict_scales_new_samples_as_the_fit_did():
     lo, hi, _ = est._ranges
     est._ranges = (lo, hi, None)  # the uncentred space: the same model reads it otherwise
     assert not np.allclose(est.predict_memberships(X), est.memberships_)
+
+
+def test_an_exact_first_decomposition_warns_nothing():
+    # centred iris views (2 features, rank 3 padded) are fitted exactly; tensorly's
+    # expanded error then took the sqrt of a rounding-negative number, and the command
+    # printed "invalid value encountered in sqrt"
+    X = load_dataset("iris").views
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for seed in range(3):
+            FedHKPARAFAC2(3, preset="real-data", random_state=seed, max_iter=3).fit(X)

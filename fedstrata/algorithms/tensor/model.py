@@ -221,7 +221,8 @@ class TensorModel:
         centres together (``A^h A^hᵀ = C diag(a_h) BᵀB diag(a_h) Cᵀ``); on data in
         [0, 1] a large shared offset dominates those Gram matrices, and centring leaves
         the constraint to the between-cluster geometry (the UCI multiple-features
-        digits, 10 IID clients, seeds 10-14: ARI 0.78 against 0.71). Factor signs are
+        digits, FedHK-PARAFAC2, 10 seeds: ARI 0.790 against 0.763 centralized, 0.787
+        against 0.738 over 10 IID clients at λ = 0.5). Factor signs are
         then fixed by agreement with the broadcast factors instead of by positive column
         sums, which centred factors no longer have. Needs a ``bandwidth``: the bandwidth
         kernel depends only on differences, the paper's min-max coefficients (Eq. 23) on

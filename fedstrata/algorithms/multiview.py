@@ -28,8 +28,6 @@ Every array may carry leading batch axes (several restarts fitted at once): cent
 
 from __future__ import annotations
 
-import math
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -37,6 +35,7 @@ from typing import ClassVar, cast
 
 import numpy as np
 
+from fedstrata.algorithms._scratch import SMALL, Workspace, is_small
 from fedstrata.algorithms.fuzzifier import (
     AUTO_FUZZIFIER_MAX,
     auto_fuzzifier,
@@ -196,9 +195,9 @@ class PreparedViews:
         return phi_rows, sq_rows, ones
 
     @cached_property
-    def _workspace(self) -> _Workspace:
-        """Per-thread scratch arrays of :func:`local_statistics` (see ``_Workspace``)."""
-        return _Workspace()
+    def _workspace(self) -> Workspace:
+        """Per-thread scratch arrays of :func:`local_statistics` (see ``_scratch``)."""
+        return Workspace()
 
     def _warm_caches(self) -> None:
         """Build the lazily cached products now (before threads share this object)."""
@@ -400,55 +399,8 @@ def memberships(W: np.ndarray, m: float, kind: str = "fuzzy") -> np.ndarray:
 # the others). Everything else is kept to a few passes: each distance matrix is ONE
 # small GEMM against cached row stacks, the weighted sums are mat-vec products (a
 # (c, n) @ (n, d) GEMM with small d is slower than d mat-vecs), and the (c, n)
-# temporaries live in a per-thread workspace reused across calls: freshly allocated
-# 320 kB arrays made glibc trim and re-fault the heap (~600 page faults per call in a
-# VM, which doubled the cost of an iteration).
+# temporaries live in per-thread workspaces reused across calls (``_scratch``).
 _MATVEC_MAX_D = 8
-
-
-class _Workspace(threading.local):
-    """Per-thread scratch (..., c, n) arrays for :func:`local_statistics`."""
-
-    def __init__(self) -> None:
-        self.shape: tuple[int, ...] = ()
-        self.buffers: list[np.ndarray] = []
-
-    def get(self, shape: tuple[int, ...], count: int) -> list[np.ndarray]:
-        """``count`` scratch arrays of ``shape``; only the latest shape is kept."""
-        if shape != self.shape:
-            self.shape, self.buffers = shape, []
-        while len(self.buffers) < count:
-            self.buffers.append(np.empty(shape))
-        return self.buffers[:count]
-
-
-class _SmallWorkspaces(threading.local):
-    """Per-thread scratch arrays of small shapes, shared by every client of that shape.
-
-    A simulated client holds a few samples; a workspace of its own per client
-    (``PreparedViews._workspace``) cost ~2.9 kB each, kept for the whole run (100,000
-    clients: ~290 MB). Below :data:`_OWN_WORKSPACE_MIN` elements the arrays are cheap to
-    allocate and nothing returned aliases them, so one set per shape serves everyone.
-    """
-
-    def __init__(self) -> None:
-        self.by_shape: dict[tuple[int, ...], list[np.ndarray]] = {}
-
-    def get(self, shape: tuple[int, ...], count: int) -> list[np.ndarray]:
-        """``count`` scratch arrays of ``shape`` (at most 64 shapes are kept)."""
-        buffers = self.by_shape.get(shape)
-        if buffers is None:
-            if len(self.by_shape) >= 64:
-                self.by_shape.clear()
-            buffers = self.by_shape[shape] = []
-        while len(buffers) < count:
-            buffers.append(np.empty(shape))
-        return buffers[:count]
-
-
-#: From this many elements per scratch array a PreparedViews keeps its own workspace.
-_OWN_WORKSPACE_MIN = 4096
-_SMALL_WORKSPACES = _SmallWorkspaces()
 
 
 def _neg_phi(
@@ -587,8 +539,7 @@ def local_statistics(
     keep = [update in ("exact", "derivation") or sh for sh in shared]
     # scratch: d per view, exp(-φ) per view that keeps it, W, W-term / μ^m, 2 for Eq. 16
     shape = (*batch, c, pv.n_samples)
-    small = math.prod(shape) < _OWN_WORKSPACE_MIN
-    scratch = (_SMALL_WORKSPACES if small else pv._workspace).get(shape, held + sum(keep) + 4)
+    scratch = (SMALL if is_small(shape) else pv._workspace).get(shape, held + sum(keep) + 4)
     d_buf, e_bufs = scratch[:held], iter(scratch[held : held + sum(keep)])
     W, tmp, spare = scratch[-4], scratch[-3], scratch[-2:]
     va = view_powers(state.view_weights, model.alpha)

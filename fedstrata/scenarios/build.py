@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -82,30 +82,31 @@ class Federation:
         """The algorithm plug-in the nodes run (for observers: records, final labels)."""
         return algorithm_for(self.model, self.protocol, self.shape)
 
-    def client_observers(self) -> dict[str, Callable[[Any], np.ndarray]]:
+    def client_observers(self) -> Iterator[tuple[str, Callable[[Any], np.ndarray]]]:
         """Per client, its labels under a global state, computed as the client does.
 
         The references are those the clients are configured with: the pooled ones
         (global scope; the tensor family always) or each client's own (local scope).
+        Pairs (client id, observer) are made one at a time: an observer holds the
+        client's prepared data, and a dict of them all held every client's at once at
+        the end of a run (10,000 clients: 15 MiB of the peak).
         """
         X = self.dataset.views
         held = self.client_views
-        views = {c: [X[g][idx] for g in held[c]] for c, idx in self.client_indices.items()}
+        indices = self.client_indices
         H = self.shape.n_views
         refs: list[Any] = [None] * H
         if self.protocol.kernel_scope == "global" or not isinstance(self.model, MultiViewModel):
             refs = [
                 merge_kernel_references(
-                    [kernel_reference(X[h][self.client_indices[c]]) for c in views if h in held[c]]
+                    [kernel_reference(X[h][indices[c]]) for c in indices if h in held[c]]
                 )
                 for h in range(H)
             ]
-        return {
-            c: self.algorithm.observer(
-                v, held[c], None if refs[0] is None else [refs[g] for g in held[c]]
-            )
-            for c, v in views.items()
-        }
+        for c, idx in indices.items():
+            views = [X[g][idx] for g in held[c]]
+            own = None if refs[0] is None else [refs[g] for g in held[c]]
+            yield c, self.algorithm.observer(views, held[c], own)
 
 
 def latency_model(spec: LatencySpec) -> LatencyModel:

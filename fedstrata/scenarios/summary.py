@@ -223,7 +223,7 @@ def _final_labels(fed: Federation, state: Any) -> np.ndarray:
     """Each client's labels under the final global state, computed as the client does."""
     labels = np.full(fed.dataset.n_samples, -1, dtype=np.int64)
     with np.errstate(all="ignore"):  # a degenerate model is reported by status, not warnings
-        for c, label in fed.client_observers().items():
+        for c, label in fed.client_observers():
             labels[fed.client_indices[c]] = label(state)
     return labels
 

@@ -16,39 +16,28 @@ import threading
 
 import numpy as np
 
-__all__ = ["OWN_MIN", "SMALL", "SmallWorkspaces", "Workspace", "is_small"]
+__all__ = ["OWN_MIN", "SMALL", "Workspace", "is_small"]
 
 #: From this many elements per scratch array a data set keeps its own workspace.
 OWN_MIN = 4096
 
 
 class Workspace(threading.local):
-    """Per-thread scratch (..., c, n) arrays of one data set; the latest shape is kept."""
+    """Per-thread scratch (..., c, n) arrays, kept for at most ``shapes`` shapes.
 
-    def __init__(self) -> None:
-        self.shape: tuple[int, ...] = ()
-        self.buffers: list[np.ndarray] = []
+    A data set's own workspace keeps one shape (its latest); :data:`SMALL` keeps 64.
+    When a new shape would exceed the bound, every kept shape is forgotten.
+    """
 
-    def get(self, shape: tuple[int, ...], count: int) -> list[np.ndarray]:
-        """``count`` scratch arrays of ``shape``; only the latest shape is kept."""
-        if shape != self.shape:
-            self.shape, self.buffers = shape, []
-        while len(self.buffers) < count:
-            self.buffers.append(np.empty(shape))
-        return self.buffers[:count]
-
-
-class SmallWorkspaces(threading.local):
-    """Per-thread scratch arrays of small shapes, shared by every data set of that shape."""
-
-    def __init__(self) -> None:
+    def __init__(self, shapes: int = 1) -> None:
+        self.shapes = shapes
         self.by_shape: dict[tuple[int, ...], list[np.ndarray]] = {}
 
     def get(self, shape: tuple[int, ...], count: int) -> list[np.ndarray]:
-        """``count`` scratch arrays of ``shape`` (at most 64 shapes are kept)."""
+        """``count`` scratch arrays of ``shape``."""
         buffers = self.by_shape.get(shape)
         if buffers is None:
-            if len(self.by_shape) >= 64:
+            if len(self.by_shape) >= self.shapes:
                 self.by_shape.clear()
             buffers = self.by_shape[shape] = []
         while len(buffers) < count:
@@ -57,7 +46,7 @@ class SmallWorkspaces(threading.local):
 
 
 #: The shared small-array workspaces (per thread).
-SMALL = SmallWorkspaces()
+SMALL = Workspace(shapes=64)
 
 
 def is_small(shape: tuple[int, ...]) -> bool:

@@ -15,24 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from fedstrata.algorithms.kernels import KernelReference
-from fedstrata.algorithms.tensor._common import minmax_scale_views
+from fedstrata.algorithms.tensor._common import scale_with_ranges
 from fedstrata.errors import NodeProtocolError, WireError
 from fedstrata.nodes.algorithm import Learner
 from fedstrata.plugins.messages import read_references
 
 __all__ = ["ScaledViewsLearner", "scale_with_ranges"]
-
-
-def scale_with_ranges(
-    views: Sequence[np.ndarray], refs: Sequence[KernelReference], center: bool = False
-) -> list[np.ndarray]:
-    """Each view min-max scaled with its pooled per-feature range.
-
-    With ``center`` the scaled views are also centred at the pooled mean.
-    """
-    mean = [r.mean for r in refs] if center else None
-    return minmax_scale_views(views, [r.minimum for r in refs], [r.maximum for r in refs], mean)
 
 
 class ScaledViewsLearner(Learner):

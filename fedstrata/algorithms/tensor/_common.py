@@ -21,8 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fedstrata.algorithms.kernels import KernelReference
 
 __all__ = [
     "EPS_DIST",
@@ -70,6 +74,17 @@ def minmax_scale_views(
         shift = lo if mu is None else mu
         out.append(np.where(span > 0, (X - shift) / safe, 0.0))
     return out
+
+
+def scale_with_ranges(
+    views: Sequence[np.ndarray], refs: Sequence[KernelReference], center: bool = False
+) -> list[np.ndarray]:
+    """Each view min-max scaled with its pooled per-feature range (``refs``, one per view).
+
+    With ``center`` the scaled views are also centred at the pooled mean.
+    """
+    mean = [r.mean for r in refs] if center else None
+    return minmax_scale_views(views, [r.minimum for r in refs], [r.maximum for r in refs], mean)
 
 
 def heat_coefficients(X: np.ndarray, scope: str, eps: float) -> np.ndarray:

@@ -15,7 +15,7 @@ from fedstrata.algorithms.kernels import (
     merge_kernel_references,
 )
 from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
-from fedstrata.algorithms.tensor._common import minmax_scale_views
+from fedstrata.algorithms.tensor._common import scale_with_ranges
 from fedstrata.algorithms.tensor.client import TensorClient
 from fedstrata.algorithms.tensor.kernel import view_scales
 from fedstrata.algorithms.tensor.model import (
@@ -84,34 +84,38 @@ def _generator(random_state: Any) -> np.random.Generator:
 
 @dataclass(frozen=True)
 class _Space:
-    """The pooled ranges and means (``None`` where unused) the clients scale with."""
+    """The pooled references the clients scale with (``None``: the data as given)."""
 
-    minimum: list[np.ndarray] | None = None
-    maximum: list[np.ndarray] | None = None
-    mean: list[np.ndarray] | None = None
+    refs: Sequence[KernelReference] | None = None
+    center: bool = False
 
     def scale(self, views: Sequence[np.ndarray], ids: Sequence[int]) -> list[np.ndarray]:
         """``views`` (global ids ``ids``) in the clients' space."""
-        if self.minimum is None or self.maximum is None:
+        if self.refs is None:
             return list(views)
-        lo, hi, mu = self.minimum, self.maximum, self.mean
-        means = None if mu is None else [mu[h] for h in ids]
-        return minmax_scale_views(views, [lo[h] for h in ids], [hi[h] for h in ids], means)
+        return scale_with_ranges(views, [self.refs[h] for h in ids], self.center)
 
     def from_unit(self, centers: list[np.ndarray]) -> list[np.ndarray]:
         """Centres drawn in the min-max unit box, moved into the clients' (centred) space."""
-        if self.mean is None or self.minimum is None or self.maximum is None:
+        if self.refs is None or not self.center:
             return centers
-        rows = [mu[None, :] for mu in self.mean]
-        offsets = minmax_scale_views(rows, self.minimum, self.maximum)
+        offsets = scale_with_ranges([r.mean[None, :] for r in self.refs], self.refs)
         return [c - o for c, o in zip(centers, offsets, strict=True)]
 
+    @property
+    def minimum(self) -> list[np.ndarray] | None:
+        """Per view, the pooled per-feature minimum (``None`` unscaled)."""
+        return None if self.refs is None else [r.minimum for r in self.refs]
 
-def _space(model: TensorModel, refs: Sequence[KernelReference], scaling: str) -> _Space:
-    if scaling != "minmax":
-        return _Space()
-    mean = [r.mean for r in refs] if model.center_views else None
-    return _Space([r.minimum for r in refs], [r.maximum for r in refs], mean)
+    @property
+    def maximum(self) -> list[np.ndarray] | None:
+        """Per view, the pooled per-feature maximum (``None`` unscaled)."""
+        return None if self.refs is None else [r.maximum for r in self.refs]
+
+    @property
+    def mean(self) -> list[np.ndarray] | None:
+        """Per view, the pooled mean the views are centred at (``None`` uncentred)."""
+        return None if self.refs is None or not self.center else [r.mean for r in self.refs]
 
 
 def tensor_federated_fit(
@@ -195,7 +199,7 @@ def tensor_federated_fit(
     scales = None
     if model.bandwidth is not None:  # pooled variances, in the space the clients work in
         scales = view_scales(model, refs, range(s), minmax=scaling == "minmax")
-    space = _space(model, refs, scaling)
+    space = _Space(refs if scaling == "minmax" else None, model.center_views)
     scaled = [space.scale(views, g) for views, g in zip(data, ids, strict=True)]
     centers: list[np.ndarray] | None = None
     if init in ("kmeans", "kmeans-best"):

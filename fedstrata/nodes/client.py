@@ -55,6 +55,9 @@ class ClientState(Enum):
     ERROR = "error"
 
 
+_COHORT_KEYS = (bytes, wire.Unpacked)  # payloads a cohort remembers (not bytearray, ...)
+
+
 class ClientNode:
     """An edge client: answers each model it is asked about with its learner's partial.
 
@@ -141,7 +144,7 @@ class ClientNode:
         self._config_topic = config_topic(protocol.run, parent.tier, parent.group)
         self.config_id: str | None = None  # the run configuration the learner holds
         self._waiting: wire.Envelope | None = None  # a model whose configuration is due
-        self._waiting_key = b""  # its payload
+        self._waiting_key: bytes | wire.Unpacked = b""  # its payload
         self._cohort = cohort
         if cohort is not None:
             cohort.join(self)
@@ -258,7 +261,7 @@ class ClientNode:
         self._waiting = None
         return self._answer(waiting, self._waiting_key)
 
-    def _on_model(self, env: wire.Envelope, payload: bytes) -> list[Effect]:
+    def _on_model(self, env: wire.Envelope, payload: bytes | wire.Unpacked) -> list[Effect]:
         if env.kind != "model":
             raise WireError(f"a client expects model messages, got {env.kind!r}")
         body = env.body
@@ -282,13 +285,17 @@ class ClientNode:
             return []
         return self._answer(env, payload)
 
-    def _step(self, payload: bytes, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    def _step(
+        self, payload: bytes | wire.Unpacked, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], float]:
         """The learner's partial under ``body`` (from the cohort's batch when there is one)."""
-        if self._cohort is None or type(payload) is not bytes:
+        if self._cohort is None or (
+            type(payload) is not bytes and type(payload) is not wire.Unpacked
+        ):
             return self.learner.update(body)
         return self._cohort.update(self, payload, body)
 
-    def _answer(self, env: wire.Envelope, payload: bytes) -> list[Effect]:
+    def _answer(self, env: wire.Envelope, payload: bytes | wire.Unpacked) -> list[Effect]:
         """Answer a model (asked, with its configuration in place) that came as ``payload``."""
         body = env.body
         phase = body["phase"]

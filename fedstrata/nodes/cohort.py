@@ -20,8 +20,13 @@ import threading
 from typing import Any, Protocol
 
 from fedstrata.nodes.algorithm import Algorithm, Learner
+from fedstrata.wire import Unpacked
 
 __all__ = ["Cohort", "CohortMember"]
+
+
+_Batch = tuple[dict[str, tuple[Learner, str | None, Any]], set[str]]
+"""One payload's batch: results by node id (learner, configuration, result), ids computed."""
 
 
 class CohortMember(Protocol):
@@ -50,7 +55,7 @@ class Cohort:
         self.entries = entries
         self._members: dict[str, CohortMember] = {}
         # payload -> (node id -> (learner, configuration, result), node ids computed)
-        self._batches: dict[bytes, tuple[dict[str, tuple[Learner, str | None, Any]], set[str]]] = {}
+        self._batches: dict[bytes | Unpacked, _Batch] = {}
         self._lock = threading.Lock()  # an in-process MQTT run's clients may share one
         self.batched = 0  # steps handed out from a batch
         self.own = 0  # steps members computed on their own path
@@ -65,12 +70,12 @@ class Cohort:
             self._members[member.node_id] = member
 
     def update(
-        self, member: CohortMember, key: bytes, body: dict[str, Any]
+        self, member: CohortMember, key: bytes | Unpacked, body: dict[str, Any]
     ) -> tuple[dict[str, Any], float]:
         """``member.learner.update(body)``, from the batch of payload ``key`` when it has one.
 
-        ``key`` is the model message's payload: members answering the same bytes get
-        the same body.
+        ``key`` is the model message's payload: members answering the same bytes (the
+        same :class:`~fedstrata.wire.Unpacked` message) get the same body.
         """
         with self._lock:
             if self._members.get(member.node_id) is not member:
@@ -89,7 +94,7 @@ class Cohort:
         self.own += 1
         return member.learner.update(body)
 
-    def _new_batch(self) -> tuple[dict[str, tuple[Learner, str | None, Any]], set[str]]:
+    def _new_batch(self) -> _Batch:
         """An empty batch (results by node id, ids computed), the oldest one forgotten."""
         if len(self._batches) >= self.entries:
             del self._batches[next(iter(self._batches))]
@@ -98,7 +103,7 @@ class Cohort:
     def _compute(
         self,
         member: CohortMember,
-        batch: tuple[dict[str, tuple[Learner, str | None, Any]], set[str]],
+        batch: _Batch,
         body: dict[str, Any],
     ) -> None:
         """Add every member not computed yet, asked by ``body``, to ``batch``.

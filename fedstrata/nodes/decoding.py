@@ -12,8 +12,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import numpy as np
-
 from fedstrata import wire
 
 __all__ = ["SharedDecoder"]
@@ -37,13 +35,14 @@ class SharedDecoder:
         """A copy (a pickled node, a snapshot) starts with nothing remembered."""
         return _new_decoder, (self.entries, self.max_bytes)
 
-    def decode(self, payload: bytes) -> wire.Envelope:
+    def decode(self, payload: bytes | wire.Unpacked) -> wire.Envelope:
         """``wire.decode(payload)``, parsed once for small payloads.
 
         The envelope returned is the caller's own: its body's dicts, lists and arrays
         are fresh copies (as :func:`wire.decode` makes them), so changing it changes
         nothing for the next caller. Payloads that do not decode are not remembered
-        (WireError each time).
+        (WireError each time). An :class:`~fedstrata.wire.Unpacked` message is never
+        parsed: :func:`wire.decode` copies it.
         """
         if type(payload) is not bytes or len(payload) > self.max_bytes:
             return wire.decode(payload)
@@ -61,22 +60,10 @@ class SharedDecoder:
             round=env.round,
             tier=env.tier,
             sender=env.sender,
-            body=_fresh(env.body),
+            body=wire.copy_body(env.body),
         )
 
 
 def _new_decoder(entries: int, max_bytes: int) -> SharedDecoder:
     """An empty decoder with these settings (what a copy of one starts as)."""
     return SharedDecoder(entries=entries, max_bytes=max_bytes)
-
-
-def _fresh(value: Any) -> Any:
-    """A copy of a decoded value: new dicts, lists and arrays (scalars are immutable)."""
-    t = type(value)
-    if t is dict:
-        return {k: _fresh(v) for k, v in value.items()}
-    if t is list:
-        return [_fresh(v) for v in value]
-    if t is np.ndarray:
-        return value.copy()
-    return value

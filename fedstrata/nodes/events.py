@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedstrata.errors import NodeProtocolError
+from fedstrata.wire import Unpacked
 
 __all__ = [
     "CancelTimer",
@@ -53,14 +54,18 @@ class Started(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delivered(Event):
-    """A message arrived on ``topic`` (already matched against the node's subscriptions)."""
+    """A message arrived on ``topic`` (already matched against the node's subscriptions).
+
+    ``payload``: its bytes, or in the simulator a :class:`~fedstrata.wire.Unpacked`
+    message of the same size (nothing there reads the bytes).
+    """
 
     topic: str
-    payload: bytes
+    payload: bytes | Unpacked
 
     def __post_init__(self) -> None:
         _check_now(self.now)
-        if not isinstance(self.payload, bytes):
+        if not isinstance(self.payload, bytes | Unpacked):
             raise NodeProtocolError(f"payload must be bytes, got {type(self.payload).__name__}")
 
 
@@ -85,15 +90,19 @@ class Effect:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Publish(Effect):
-    """Publish ``payload`` on ``topic`` with MQTT ``qos`` (0 or 1) and ``retain``."""
+    """Publish ``payload`` on ``topic`` with MQTT ``qos`` (0 or 1) and ``retain``.
+
+    ``payload``: bytes, or an :class:`~fedstrata.wire.Unpacked` message from a node
+    built for the simulator (its seal made with ``in_process=True``).
+    """
 
     topic: str
-    payload: bytes
+    payload: bytes | Unpacked
     qos: int = 1
     retain: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.payload, bytes):
+        if not isinstance(self.payload, bytes | Unpacked):
             raise NodeProtocolError(f"payload must be bytes, got {type(self.payload).__name__}")
         if self.qos not in (0, 1):
             raise NodeProtocolError(f"qos must be 0 or 1, got {self.qos!r}")

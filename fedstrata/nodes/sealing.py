@@ -146,6 +146,11 @@ class Seal:
     run, routes
         The node's run id and the topics it listens to (see :meth:`bind`); ``None``:
         no run and topic checks (a seal not yet bound to a node).
+    in_process
+        Messages go to receivers in the same process that never read their bytes (the
+        simulator): unsigned envelopes are then :class:`~fedstrata.wire.Unpacked`, of
+        the exact size and decoded form of their bytes, and never packed. Signed
+        envelopes are always packed: the signature covers the bytes.
 
     Attributes
     ----------
@@ -160,6 +165,7 @@ class Seal:
         *,
         run: str | None = None,
         routes: Mapping[str, Route] | None = None,
+        in_process: bool = False,
     ) -> None:
         if (keys is None) != (public_keys is None):
             raise ValueError("signing needs both the node's keys and the public keys")
@@ -172,6 +178,7 @@ class Seal:
             self.verifier = Verifier(public_keys)
         self.run = run
         self.routes = None if routes is None else dict(routes)
+        self.in_process = in_process
         self.guard = ReplayGuard()
         self.counts: Counter[str] = Counter()
         # signatures accepted in each sender's latest round of a kind: a transport
@@ -191,11 +198,13 @@ class Seal:
         """
         if not isinstance(run, str) or not run:
             raise ValidationError(f"run must be a non-empty str, got {run!r}")
-        return Seal(self.keys, self.verifier, run=run, routes=routes)
+        return Seal(self.keys, self.verifier, run=run, routes=routes, in_process=self.in_process)
 
     def fresh(self) -> Seal:
         """The same keys and routes with an empty replay memory (a node restarted)."""
-        return Seal(self.keys, self.verifier, run=self.run, routes=self.routes)
+        return Seal(
+            self.keys, self.verifier, run=self.run, routes=self.routes, in_process=self.in_process
+        )
 
     @property
     def signing(self) -> bool:
@@ -206,8 +215,14 @@ class Seal:
         """An encoded envelope as sent on ``topic``: signed when signing is on."""
         return payload if self.keys is None else self.keys.sign(payload, topic)
 
-    def encode(self, env: wire.Envelope, topic: str) -> bytes:
-        """``wire.encode(env)`` as sent on ``topic``, signed when signing is on."""
+    def encode(self, env: wire.Envelope, topic: str) -> bytes | wire.Unpacked:
+        """``wire.encode(env)`` as sent on ``topic``, signed when signing is on.
+
+        In process and unsigned: :func:`wire.encode_unpacked` (the same size and the
+        same decoded message, never packed).
+        """
+        if self.in_process and self.keys is None:
+            return wire.encode_unpacked(env)
         return self.wrap(wire.encode(env), topic)
 
     def _reject(self, reason: str, sender: str, detail: str) -> AuthenticationError:
@@ -228,8 +243,24 @@ class Seal:
         if self.run is not None and env.run != self.run:
             raise self._reject("wrong_run", env.sender, f"run {env.run!r}, not {self.run!r}")
 
+    def _signed(
+        self, data: bytes | wire.Unpacked, parse: Callable[[bytes | wire.Unpacked], wire.Envelope]
+    ) -> bytes:
+        """``data`` as a signed payload's bytes; a bare envelope is refused (``unsigned``)."""
+        try:
+            bare = parse(data)
+        except WireError:
+            bare = None
+        if bare is not None:
+            raise self._reject("unsigned", bare.sender, "a bare envelope")
+        assert not isinstance(data, wire.Unpacked)  # it always parses: refused above
+        return data
+
     def decode(
-        self, data: bytes, topic: str, parse: Callable[[bytes], wire.Envelope] = wire.decode
+        self,
+        data: bytes | wire.Unpacked,
+        topic: str,
+        parse: Callable[[bytes | wire.Unpacked], wire.Envelope] = wire.decode,
     ) -> wire.Envelope:
         """The envelope of a payload received on ``topic``.
 
@@ -244,12 +275,7 @@ class Seal:
             self._check(env, topic)
             self.counts["accepted"] += 1
             return env
-        try:
-            bare = parse(data)
-        except WireError:
-            bare = None
-        if bare is not None:
-            raise self._reject("unsigned", bare.sender, "a bare envelope")
+        data = self._signed(data, parse)
         env = parse(data[SIGNATURE_BYTES:])  # who it claims to be from, to pick the key
         self._check_run(env)
         if env.sender not in self.verifier:

@@ -404,6 +404,7 @@ def build_federation(
     record_events: bool = False,
     keys: RunKeys | None = None,
     batch: bool = True,
+    in_process: bool = False,
 ) -> Federation:
     """Build the data split, the nodes and the simulation for ``sc``.
 
@@ -411,6 +412,9 @@ def build_federation(
     ``keys`` signs every message with them (see :func:`seals_for`). ``batch``: the
     children of each aggregator compute their steps in one batched call (the same
     bits; see :class:`~fedstrata.nodes.cohort.Cohort`); False: each on its own.
+    ``in_process``: the nodes run in this process's simulator, and unsigned messages
+    travel unpacked (:class:`~fedstrata.wire.Unpacked`: the same sizes and decoded
+    messages); never for nodes that go on a real broker.
     """
     if seed is not None:
         sc = sc.model_copy(update={"seed": seed})
@@ -424,7 +428,9 @@ def build_federation(
     indices, held = data.indices, data.held
     wiring = wire_topology(sc)  # raises when an aggregator would have no children
     tiers, tier_of, parents, clients = wiring.tiers, wiring.tier_of, wiring.parents, wiring.clients
-    seals = seals_for(sc, [n for _, group in tiers for n in group] + list(clients), keys)
+    seals = seals_for(
+        sc, [n for _, group in tiers for n in group] + list(clients), keys, in_process=in_process
+    )
     nodes = NodeBuilder.of(sc, model, dims, protocol, wiring, batch=batch)
     shape = nodes.shape
 
@@ -517,17 +523,21 @@ def _restart_factory(fed: Federation, node_id: str) -> Any:
     return restart_factory(fed.sim.node(node_id))
 
 
-def seals_for(sc: Scenario, nodes: Sequence[str], keys: RunKeys | None = None) -> dict[str, Seal]:
+def seals_for(
+    sc: Scenario, nodes: Sequence[str], keys: RunKeys | None = None, *, in_process: bool = False
+) -> dict[str, Seal]:
     """Each node's :class:`~fedstrata.nodes.sealing.Seal`.
 
     With ``keys`` (a run over a real broker: per-run random keys or key files), every
     node signs with them, whatever ``privacy.sign`` says. Without, as the simulator
     does: with ``privacy.sign``, keys derived from the scenario's seed (reproducible,
-    and only as secret as the seed: :attr:`RunKeys.DERIVED`), else plain.
+    and only as secret as the seed: :attr:`RunKeys.DERIVED`), else plain, and with
+    ``in_process`` unpacked (see :class:`~fedstrata.nodes.sealing.Seal`).
     """
     if keys is None:
         if not sc.privacy.sign:
-            return {n: PLAIN for n in nodes}
+            plain = Seal(in_process=True) if in_process else PLAIN
+            return {n: plain for n in nodes}
         keys = RunKeys.derived(sc.seed, nodes)
     missing = [n for n in nodes if n not in keys.seeds]
     if missing:

@@ -106,7 +106,10 @@ class SimTransport:
     def build(self, sc: Scenario) -> Federation:
         """The federation with its simulation (events recorded on request)."""
         self.t0 = time.perf_counter()
-        return build_federation(sc, record_events=self.events, batch=self.batch)
+        # batched: cohorts and unpacked messages; the reference path packs every message
+        return build_federation(
+            sc, record_events=self.events, batch=self.batch, in_process=self.batch
+        )
 
     def drive(self, fed: Federation) -> bool:
         """Run the simulation; return whether a ``KeyboardInterrupt`` ended it."""
@@ -194,7 +197,9 @@ def simulate(
     ``KeyboardInterrupt`` during the run ends it with status ``interrupted``; the
     summary is then built from what happened so far and the interrupt is not
     re-raised (the caller decides the exit code from the status). ``batch=False``
-    computes every client's step on its own (the reference path: the same results).
+    computes every client's step on its own and packs every message into its bytes
+    (the reference path: the same results; by default unsigned messages travel
+    :class:`~fedstrata.wire.Unpacked`, of the same size).
     """
     transport = SimTransport(events=events, progress=progress, batch=batch)
     return Run(sc, transport, seed=seed).execute()

@@ -43,10 +43,15 @@ UP, UP1 = "fs/t/cloud/cloud/up/client-0", "fs/t/cloud/cloud/up/client-1"
 DOWN = "fs/t/cloud/cloud/down"
 
 
-def federation(sign: bool, rounds: int = 3, mode: str = "none", run: str = "t"):
+def federation(
+    sign: bool, rounds: int = 3, mode: str = "none", run: str = "t", in_process: bool = False
+):
     keys = {n: NodeKeys.derived(7, n) for n in NAMES}
     public = {n: k.public_key for n, k in keys.items()}
-    seal = (lambda n: Seal(keys[n], public)) if sign else (lambda n: None)
+    if sign:
+        seal = lambda n: Seal(keys[n], public, in_process=in_process)  # noqa: E731
+    else:
+        seal = lambda n: Seal(in_process=True) if in_process else None  # noqa: E731
     proto = dataclasses.replace(protocol(mode, rounds=rounds), run=run)
     model = MultiViewModel(3)
     nodes = {
@@ -77,8 +82,8 @@ def federation(sign: bool, rounds: int = 3, mode: str = "none", run: str = "t"):
     return nodes, keys
 
 
-def finished(sign: bool, run: str, mode: str = "none") -> Loopback:
-    nodes, _ = federation(sign, run=run, mode=mode)
+def finished(sign: bool, run: str, mode: str = "none", in_process: bool = False) -> Loopback:
+    nodes, _ = federation(sign, run=run, mode=mode, in_process=in_process)
     lb = Loopback(nodes)
     lb.start()
     lb.run()
@@ -95,6 +100,37 @@ def test_signed_run_gives_the_unsigned_result_with_64_bytes_per_message():
         len(p.payload) for _, p in signed.published
     ]
     assert signed.kinds("rejected") == [] and plain.kinds("rejected") == []
+
+
+@pytest.mark.parametrize("mode", ["none", "secagg"])
+def test_in_process_seals_send_unpacked_messages_of_the_same_sizes_and_result(mode):
+    packed, unpacked = finished(False, "t", mode), finished(False, "t", mode, in_process=True)
+    assert packed.results["cloud"]["state"].centers[0].tobytes() == (
+        unpacked.results["cloud"]["state"].centers[0].tobytes()
+    )
+    sent = [p.payload for _, p in unpacked.published]
+    assert any(type(p) is wire.Unpacked for p in sent)
+    assert [len(p.payload) for _, p in packed.published] == [len(p) for p in sent]
+    if mode == "none":  # secure aggregation's keys are fresh in each run
+        assert [p.payload for _, p in packed.published] == [
+            p if type(p) is bytes else bytes(p) for p in sent
+        ]
+
+
+def test_a_signing_seal_packs_even_in_process_and_refuses_an_unpacked_message():
+    nodes, _ = federation(True, in_process=True)
+    lb = Loopback(nodes)
+    lb.start()
+    lb.run()
+    assert lb.results["cloud"]["iterations"] == 3
+    assert {type(p.payload) for _, p in lb.published} == {bytes}
+    seal = Seal(NodeKeys.derived(7, "cloud"), {n: NodeKeys.derived(7, n).public_key for n in NAMES})
+    env = wire.Envelope(kind="update", run="t", round=1, tier="edge", sender="client-0")
+    with pytest.raises(AuthenticationError) as caught:
+        seal.decode(wire.encode_unpacked(env), UP)
+    assert caught.value.reason == "unsigned"
+    plain = Seal(in_process=True)
+    assert plain.bind("t", {}).in_process and plain.bind("t", {}).fresh().in_process
 
 
 def _inject(lb: Loopback, sender: str, topic: str, payload: bytes) -> None:

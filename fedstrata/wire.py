@@ -70,9 +70,9 @@ __all__ = [
     "VERSION",
     "Envelope",
     "Unpacked",
+    "copy_body",
     "decode",
     "encode",
-    "encode_unpacked",
 ]
 
 VERSION: Final = 1
@@ -252,7 +252,7 @@ def decode(payload: bytes | Unpacked, *, max_size: int = DEFAULT_MAX_SIZE) -> En
     ----------
     payload
         The message bytes (``bytes``, ``bytearray`` or ``memoryview``), or an
-        :class:`Unpacked` message (what :func:`encode_unpacked` made).
+        :class:`Unpacked` message.
     max_size
         Payloads longer than this many bytes are rejected before parsing.
 
@@ -508,8 +508,8 @@ class Unpacked:
     """An encoded envelope that was never packed: its exact size and its decoded form.
 
     Where sender and receivers share a process and nothing reads the bytes themselves
-    (the simulator, without signatures), :func:`encode_unpacked` replaces
-    :func:`encode`: ``len()`` is exactly ``len(encode(env))``, :func:`decode` gives what
+    (the simulator, without signatures), :func:`fedstrata.wire_unpacked.encode_unpacked`
+    replaces :func:`encode`: ``len()`` is exactly ``len(encode(env))``, :func:`decode` gives what
     it would give for those bytes (a fresh copy for each caller), and ``bytes()`` packs
     them on demand. Packing an update and parsing it again was most of the cost of a
     simulated client's round; its size is all a simulated network needs.
@@ -547,140 +547,25 @@ class Unpacked:
         return env
 
 
-def encode_unpacked(env: Envelope, *, max_size: int = DEFAULT_MAX_SIZE) -> Unpacked:
-    """:func:`encode` without the bytes: an :class:`Unpacked` of the same size.
-
-    It accepts and refuses exactly what :func:`encode` does, with the same errors.
-    """
-    if not isinstance(env, Envelope):
-        raise WireError(f"encode() needs an Envelope, got {_tname(env)}")
-    size = 1 + _HEAD_KEYS_SIZE
-    head = []
-    for value in (env.v, env.kind, env.run, env.round, env.tier, env.sender):
-        plain, n = _unpacked(value, 0)
-        head.append(plain)
-        size += n
-    body, n = _unpacked_dict(env.body, 1)
-    size += n
-    if size > max_size:
-        raise WireError(f"encoded message is {size} bytes, over the limit of {max_size}")
-    return Unpacked(tuple(head), body, size)
-
-
 def copy_body(value: Any) -> Any:
     """A copy of a decoded value: new dicts, lists and arrays (scalars are immutable)."""
     t = type(value)
     if t is dict:
-        return {k: copy_body(v) for k, v in value.items()}
+        return {k: _copy(v) for k, v in value.items()}
     if t is list:
-        return [copy_body(v) for v in value]
+        return [_copy(v) for v in value]
     if t is np.ndarray:
         return value.copy()
     return value
 
 
-# msgpack's encoded size of each key of the envelope map (all fixstr)
-_HEAD_KEYS_SIZE: Final = sum(1 + len(k) for k in _ENVELOPE_KEYS)
-
-
-def _unpacked(value: Any, depth: int) -> tuple[Any, int]:
-    """``value`` as :func:`decode` gives it back, and its msgpack size (see _normalize)."""
+def _copy(value: Any) -> Any:
     t = type(value)
-    if t is dict:
-        return _unpacked_dict(value, depth + 1)
-    if t is list or t is tuple:
-        return _unpacked_list(value, depth + 1)
     if t is np.ndarray:
-        return _unpacked_array(value)
-    size = _leaf_size(value, t)
-    if size:
-        return value, size
-    if isinstance(value, dict):
-        return _unpacked_dict(value, depth + 1)
-    if isinstance(value, list | tuple):
-        return _unpacked_list(value, depth + 1)
-    return _unpacked(_normalize(value, depth), depth)  # other subclasses, numpy scalars
-
-
-def _leaf_size(value: Any, t: type) -> int:
-    """The msgpack size of a value of an exact built-in leaf type; 0 for anything else."""
-    if value is None or value is True or value is False:
-        return 1
-    if t is float:
-        return 9  # always float64
-    if t is str:
-        return _str_size(value)
-    if t is int:
-        if not _INT_MIN <= value <= _INT_MAX:
-            raise WireError(f"int {value} is out of the 64-bit range")
-        return _int_size(value)
-    if t is bytes:
-        n = len(value)
-        return n + (2 if n < 0x100 else 3 if n < 0x10000 else 5)
-    return 0
-
-
-def _unpacked_dict(d: dict[Any, Any], depth: int) -> tuple[dict[str, Any], int]:
-    if depth > MAX_DEPTH:
-        raise WireError(f"body nests deeper than {MAX_DEPTH} levels")
-    for key in d:
-        if not isinstance(key, str):
-            raise WireError(f"dict keys must be str, got {_tname(key)}")
-    out = {}
-    n = len(d)
-    size = 1 if n < 16 else 3 if n < 0x10000 else 5
-    for k in sorted(d):
-        plain, m = _unpacked(d[k], depth)
-        key = str.__str__(k)
-        out[key] = plain
-        size += m + _str_size(key)
-    return out, size
-
-
-def _unpacked_list(items: list[Any] | tuple[Any, ...], depth: int) -> tuple[list[Any], int]:
-    if depth > MAX_DEPTH:
-        raise WireError(f"body nests deeper than {MAX_DEPTH} levels")
-    out = []
-    n = len(items)
-    size = 1 if n < 16 else 3 if n < 0x10000 else 5
-    for item in items:
-        plain, m = _unpacked(item, depth)
-        out.append(plain)
-        size += m
-    return out, size
-
-
-def _unpacked_array(arr: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], int]:
-    known = _HEADERS.get((arr.dtype, arr.shape))
-    if known is None:  # checked as encode checks it (and its header remembered)
-        data = _pack_array(arr).data
-        header, wire_dtype = data[: 2 + 4 * arr.ndim], DTYPE_CODES[data[0]]
-    else:
-        header, wire_dtype = known
-    native = _NATIVE_OF[wire_dtype]
-    n = len(header) + arr.size * wire_dtype.itemsize
-    size = 2 + n if n in _FIXEXT else 3 + n if n < 0x100 else 4 + n if n < 0x10000 else 6 + n
-    return np.array(arr, dtype=native, order="C", copy=True), size
-
-
-_FIXEXT: Final = frozenset({1, 2, 4, 8, 16})
-
-
-def _int_size(v: int) -> int:
-    if v >= 0:
-        return 1 if v < 0x80 else 2 if v < 0x100 else 3 if v < 0x10000 else 5 if v < 2**32 else 9
-    return 1 if v >= -32 else 2 if v >= -0x80 else 3 if v >= -0x8000 else 5 if v >= -(2**31) else 9
-
-
-def _str_size(s: str) -> int:
-    if s.isascii():
-        n = len(s)
-    else:
-        try:
-            n = len(s.encode("utf-8"))
-        except UnicodeEncodeError as exc:  # lone surrogates, as msgpack refuses them
-            raise WireError(f"cannot encode message: {exc}") from exc
-    return n + (1 if n < 32 else 2 if n < 0x100 else 3 if n < 0x10000 else 5)
+        return value.copy()
+    if t is dict or t is list:
+        return copy_body(value)
+    return value
 
 
 # ---------------------------------------------------------------------- helpers

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedstrata.errors import WireError
-from fedstrata.wire import Envelope, Unpacked, decode, encode, encode_unpacked
+from fedstrata.wire import Envelope, Unpacked, decode, encode
+from fedstrata.wire_unpacked import encode_unpacked
 from tests.test_wire import BAD_BODIES, FAST, env, envelopes, same, same_env
 
 

@@ -66,6 +66,7 @@ from fedstrata.privacy.signing import (
     ReplayGuard,
     Verifier,
 )
+from fedstrata.wire_unpacked import encode_unpacked
 
 __all__ = [
     "PLAIN",
@@ -218,11 +219,11 @@ class Seal:
     def encode(self, env: wire.Envelope, topic: str) -> bytes | wire.Unpacked:
         """``wire.encode(env)`` as sent on ``topic``, signed when signing is on.
 
-        In process and unsigned: :func:`wire.encode_unpacked` (the same size and the
-        same decoded message, never packed).
+        In process and unsigned: :func:`~fedstrata.wire_unpacked.encode_unpacked` (the
+        same size and the same decoded message, never packed).
         """
         if self.in_process and self.keys is None:
-            return wire.encode_unpacked(env)
+            return encode_unpacked(env)
         return self.wrap(wire.encode(env), topic)
 
     def _reject(self, reason: str, sender: str, detail: str) -> AuthenticationError:

@@ -33,6 +33,7 @@ from fedstrata.privacy.signing import (
     KeyFileError,
     NodeKeys,
 )
+from fedstrata.wire_unpacked import encode_unpacked
 
 from .helpers import Loopback
 from .test_secure_aggregation import INIT, SHAPE, protocol, views
@@ -127,7 +128,7 @@ def test_a_signing_seal_packs_even_in_process_and_refuses_an_unpacked_message():
     seal = Seal(NodeKeys.derived(7, "cloud"), {n: NodeKeys.derived(7, n).public_key for n in NAMES})
     env = wire.Envelope(kind="update", run="t", round=1, tier="edge", sender="client-0")
     with pytest.raises(AuthenticationError) as caught:
-        seal.decode(wire.encode_unpacked(env), UP)
+        seal.decode(encode_unpacked(env), UP)
     assert caught.value.reason == "unsigned"
     plain = Seal(in_process=True)
     assert plain.bind("t", {}).in_process and plain.bind("t", {}).fresh().in_process

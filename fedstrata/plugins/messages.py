@@ -29,6 +29,7 @@ float64; aggregators forward float64 (they never re-compress).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +81,13 @@ _F64 = np.dtype(np.float64)
 _MAX_WEIGHT = float(2**53)  # a count of samples is below this
 
 
-def _check_array(value: Any, key: str, shape: tuple[int, ...]) -> np.ndarray:
+def _check_array(
+    value: Any, key: str, shape: tuple[int, ...], seen: list[np.ndarray] | None = None
+) -> np.ndarray:
+    """``value`` as a float64 array of ``shape``, finite.
+
+    With ``seen``, the array is added there and the caller checks its finiteness.
+    """
     if type(value) is np.ndarray and value.dtype == _F64 and value.shape == shape:
         arr = value  # the common case: float64 straight off the wire
     else:
@@ -91,17 +98,25 @@ def _check_array(value: Any, key: str, shape: tuple[int, ...]) -> np.ndarray:
         if value.dtype.kind not in "fiu":
             raise WireError(f"body field {key!r} must be numeric, got {value.dtype}")
         arr = value.astype(np.float64, copy=False)
-    if not np.isfinite(arr).all():
+    if seen is not None:
+        seen.append(arr)
+    elif not np.isfinite(arr).all():
         raise WireError(f"body field {key!r} holds NaN or infinite values")
     return arr
 
 
-def _array(body: dict[str, Any], key: str, shape: tuple[int, ...]) -> np.ndarray:
-    return _check_array(body.get(key), key, shape)
+def _array(
+    body: dict[str, Any], key: str, shape: tuple[int, ...], seen: list[np.ndarray] | None = None
+) -> np.ndarray:
+    return _check_array(body.get(key), key, shape, seen)
 
 
 def _arrays(
-    body: dict[str, Any], key: str, shapes: Sequence[tuple[int, ...]], optional: bool = False
+    body: dict[str, Any],
+    key: str,
+    shapes: Sequence[tuple[int, ...]],
+    optional: bool = False,
+    seen: list[np.ndarray] | None = None,
 ) -> list[Any]:
     value = body.get(key)
     if not isinstance(value, list) or len(value) != len(shapes):
@@ -111,7 +126,7 @@ def _arrays(
         if item is None and optional:
             out.append(None)
             continue
-        out.append(_check_array(item, f"{key}[{h}]", shape))
+        out.append(_check_array(item, f"{key}[{h}]", shape, seen))
     return out
 
 
@@ -243,13 +258,17 @@ def stats_partial(stats: Stats, objective: float = 0.0) -> dict[str, Any]:
 
 def to_stats(body: dict[str, Any], shape: Shape) -> Stats:
     """Read a ``stats`` partial back into :class:`Stats`."""
+    return _to_stats(body, shape)
+
+
+def _to_stats(body: dict[str, Any], shape: Shape, seen: list[np.ndarray] | None = None) -> Stats:
     cd = [(shape.n_clusters, d) for d in shape.dims]
     return Stats(
-        center_num=tuple(_arrays(body, "num", cd)),
-        center_den=tuple(_arrays(body, "den", cd)),
-        view_costs=_array(body, "costs", (shape.n_views,)),
-        cluster_mass=_array(body, "mass", (shape.n_clusters,)),
-        view_counts=_array(body, "counts", (shape.n_views,)).astype(np.int64),
+        center_num=tuple(_arrays(body, "num", cd, seen=seen)),
+        center_den=tuple(_arrays(body, "den", cd, seen=seen)),
+        view_costs=_array(body, "costs", (shape.n_views,), seen),
+        cluster_mass=_array(body, "mass", (shape.n_clusters,), seen),
+        view_counts=_array(body, "counts", (shape.n_views,), seen).astype(np.int64),
         n_samples=read_int(body, "n"),
     )
 
@@ -305,19 +324,32 @@ def check_partial(body: dict[str, Any], shape: Shape) -> str:
 
 
 def _check_plain(body: dict[str, Any], shape: Shape) -> str:
+    # One finiteness check over every array (a partial holds a dozen small ones); only
+    # a partial that fails it is checked again in order, for the first problem's error.
+    seen: list[np.ndarray] = []
+    try:
+        mode = _check_fields(body, shape, seen)
+    except WireError:
+        return _check_fields(body, shape, None)  # raises the first problem, in order
+    if seen and not np.isfinite(np.concatenate([a.ravel() for a in seen])).all():
+        _check_fields(body, shape, None)
+    return mode
+
+
+def _check_fields(body: dict[str, Any], shape: Shape, seen: list[np.ndarray] | None) -> str:
     mode = read_choice(body, "mode", ("stats", "params", "items"))
     read_int(body, "n")
     read_int(body, "contributors", 1)
     J = body.get("objective")
-    if not isinstance(J, float) or not np.isfinite(J):
+    if not isinstance(J, float) or not math.isfinite(J):
         raise WireError("body field 'objective' must be a finite float")
     cd = [(shape.n_clusters, d) for d in shape.dims]
     if mode == "stats":
-        to_stats(body, shape)
+        _to_stats(body, shape, seen)
     elif mode == "params":
-        _arrays(body, "wcenters", cd, optional=True)
-        _array(body, "wviews", (shape.n_views,))
-        _array(body, "wheld", (shape.n_views,))
+        _arrays(body, "wcenters", cd, optional=True, seen=seen)
+        _array(body, "wviews", (shape.n_views,), seen)
+        _array(body, "wheld", (shape.n_views,), seen)
     else:
         items = body.get("items")
         if not isinstance(items, list) or not items:
@@ -325,8 +357,8 @@ def _check_plain(body: dict[str, Any], shape: Shape) -> str:
         for item in items:
             if not isinstance(item, dict):
                 raise WireError("each item must be a map")
-            _arrays(item, "centers", cd, optional=True)
-            _array(item, "view_weights", (shape.n_views,))
+            _arrays(item, "centers", cd, optional=True, seen=seen)
+            _array(item, "view_weights", (shape.n_views,), seen)
             read_int(item, "n")
     return mode
 

@@ -112,3 +112,97 @@ def test_mixed_modes_refused():
             ],
             SHAPE,
         )
+
+
+def _stats_body(rng):
+    k, dims = SHAPE.n_clusters, SHAPE.dims
+    return {
+        "mode": "stats",
+        "num": [rng.normal(size=(k, d)) for d in dims],
+        "den": [rng.random((k, d)) for d in dims],
+        "costs": rng.random(len(dims)),
+        "mass": rng.random(k),
+        "counts": np.array([5, 5], dtype=np.int64),
+        "n": 5,
+        "contributors": 1,
+        "objective": 1.0,
+    }
+
+
+def _fields(body):
+    """(key, list index or None) of every array field of a stats or params partial."""
+    out = []
+    for key, value in body.items():
+        if isinstance(value, list):
+            out += [(key, h) for h in range(len(value))]
+        elif isinstance(value, np.ndarray):
+            out.append((key, None))
+    return out
+
+
+def _set(body, field, value):
+    key, h = field
+    if h is None:
+        body[key] = value
+    else:
+        body[key][h] = value
+
+
+def _first_problem_in_order(body, shape):
+    """The error a check field by field, in the body's documented order, must give."""
+    from fedstrata.plugins.messages import _check_fields
+
+    try:
+        _check_fields(body, shape, None)
+    except WireError as exc:
+        return str(exc)
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    kind=st.sampled_from(["stats", "params"]),
+    problems=st.lists(
+        st.tuples(st.integers(0, 20), st.sampled_from(["nan", "inf", "shape", "type"])),
+        max_size=3,
+    ),
+)
+def test_one_finiteness_check_reports_the_first_problem_in_order(seed, kind, problems):
+    """check_partial checks finiteness of all arrays at once; errors stay those of order."""
+    rng = np.random.default_rng(seed)
+    body = _stats_body(rng) if kind == "stats" else params_partial(_update(rng, 10), "weighted")
+    fields = _fields(body)
+    for index, problem in problems:
+        field = fields[index % len(fields)]
+        key, h = field
+        current = body[key][h] if h is not None else body[key]
+        if not isinstance(current, np.ndarray):  # already made a non-array
+            continue
+        arr = current.astype(np.float64)
+        if problem in ("nan", "inf"):
+            arr.flat[index % arr.size] = np.nan if problem == "nan" else -np.inf
+            _set(body, field, arr)
+        elif problem == "shape":
+            _set(body, field, np.zeros(arr.shape + (1,)))
+        else:
+            _set(body, field, "not an array")
+    want = _first_problem_in_order(body, SHAPE)
+    if want is None:
+        assert check_partial(body, SHAPE) == kind
+    else:
+        with pytest.raises(WireError) as caught:
+            check_partial(body, SHAPE)
+        assert str(caught.value) == want
+
+
+def test_a_nan_before_a_bad_shape_is_the_error_reported():
+    body = _stats_body(np.random.default_rng(0))
+    body["num"][0] = np.full((3, 2), np.nan)
+    body["mass"] = np.zeros(7)
+    with pytest.raises(WireError, match=r"'num\[0\]' holds NaN"):
+        check_partial(body, SHAPE)
+    body["num"][0] = np.zeros((3, 2))
+    body["costs"] = np.array([np.inf, 0.0])
+    with pytest.raises(WireError, match=r"'costs' holds NaN or infinite"):
+        check_partial(body, SHAPE)

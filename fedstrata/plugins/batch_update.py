@@ -79,24 +79,34 @@ def stack_views(pvs: Sequence[PreparedViews]) -> StackedViews:
 class StackCache:
     """Stacked views by the clients they stack (a cohort stacks the same ones each round).
 
-    Holds the prepared views it stacked, so their ids stay theirs while remembered;
-    ``entries`` stacks at most (the oldest forgotten first).
+    A stack is kept from the second time its clients are asked for together: the
+    groups a first round splits into while the members' configurations arrive one by
+    one are asked for once and would otherwise be held to the end of the run (at a
+    million clients, gigabytes). Holds the prepared views it stacked, so their ids
+    stay theirs while remembered; ``entries`` stacks at most (the oldest forgotten
+    first), and as many groups seen once.
     """
 
     def __init__(self, entries: int = 4096) -> None:
         self.entries = entries
         self._stacks: dict[tuple[int, ...], tuple[list[PreparedViews], StackedViews]] = {}
+        self._seen: dict[tuple[int, ...], None] = {}  # asked for once (ids may be stale)
 
     def get(self, pvs: list[PreparedViews]) -> StackedViews:
-        """The stack of ``pvs`` (made once per distinct list of prepared views)."""
+        """The stack of ``pvs`` (made once per list of prepared views asked for again)."""
         key = tuple(map(id, pvs))
         got = self._stacks.get(key)
         if got is not None:
             return got[1]
         stacked = stack_views(pvs)
-        if len(self._stacks) >= self.entries:
-            del self._stacks[next(iter(self._stacks))]
-        self._stacks[key] = (pvs, stacked)
+        if self._seen.pop(key, 0) is None:  # the second time: a group that repeats
+            if len(self._stacks) >= self.entries:
+                del self._stacks[next(iter(self._stacks))]
+            self._stacks[key] = (pvs, stacked)
+        else:
+            if len(self._seen) >= self.entries:
+                del self._seen[next(iter(self._seen))]
+            self._seen[key] = None
         return stacked
 
 

@@ -106,3 +106,29 @@ def test_dp_and_per_client_kernel_scales_are_left_to_the_clients():
     assert algo.update_batch([other], body) == [None]  # another algorithm's learner
     weighted = mvp.multiview_algorithm(model, ProtocolConfig(run="t", rule="weighted"), shape)
     assert weighted.update_batch([learner], body) == [None]  # local fitting: never batched
+
+
+def test_a_stack_is_kept_only_for_a_group_asked_for_again():
+    """Groups asked for once (a first round's stragglers) are not held to the end."""
+    from fedstrata.plugins.batch_update import StackCache, stack_views
+
+    shape = Shape(2, (3,))
+    algo = mvp.multiview_algorithm(MultiViewModel(2), ProtocolConfig(run="t", rule="sum"), shape)
+    rng = np.random.default_rng(0)
+    pvs = [
+        algo.learner([rng.normal(size=(4, 3))], view_ids=(0,), rng=rng, node_id=f"c{j}").prepared()
+        for j in range(5)
+    ]
+    cache = StackCache(entries=2)
+    once = cache.get(pvs[:1])
+    assert cache._stacks == {} and len(cache._seen) == 1
+    first, second, third = cache.get(pvs), cache.get(pvs), cache.get(pvs)
+    assert first is not second and second is third  # kept from the second request
+    want = stack_views(pvs)
+    for a, b in zip(third.views + third.dX, want.views + want.dX, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert once.views[0].tobytes() == pvs[0].views[0][None].tobytes()
+    for k in range(1, 5):  # the seen groups and the stacks stay within ``entries``
+        cache.get(pvs[:k])
+        cache.get(pvs[:k])
+    assert len(cache._stacks) <= 2 and len(cache._seen) <= 2

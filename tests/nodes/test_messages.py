@@ -184,7 +184,7 @@ def test_one_finiteness_check_reports_the_first_problem_in_order(seed, kind, pro
             arr.flat[index % arr.size] = np.nan if problem == "nan" else -np.inf
             _set(body, field, arr)
         elif problem == "shape":
-            _set(body, field, np.zeros(arr.shape + (1,)))
+            _set(body, field, np.zeros((*arr.shape, 1)))
         else:
             _set(body, field, "not an array")
     want = _first_problem_in_order(body, SHAPE)

@@ -360,8 +360,9 @@ def run(
     no_batch: bool = typer.Option(
         False,
         "--no-batch",
-        help="Simulator: every client computes its own step (the reference path; the same "
-        "record, slower) instead of each parent's children in one batched call.",
+        help="Simulator: every client computes its own step and every message is packed "
+        "into its bytes (the reference path; the same record, slower) instead of each "
+        "parent's children in one batched call and unsigned messages passed unpacked.",
     ),
 ) -> None:
     """Run a scenario (simulated, or over real MQTT); write its record (summary.json, ...)."""

@@ -133,6 +133,16 @@ class Algorithm(ABC):
         """
         return [None] * len(learners)
 
+    def finish_batch(
+        self, learners: Sequence[Learner], body: dict[str, Any]
+    ) -> list[tuple[dict[str, Any], float] | None]:
+        """Several learners' :meth:`Learner.finish` under one final model body, in one call.
+
+        As :meth:`update_batch`, for the final model: entry ``i`` is exactly
+        ``learners[i].finish(body)``, bit for bit, or None. The default batches nothing.
+        """
+        return [None] * len(learners)
+
     # -- the setup round ---------------------------------------------------------------
 
     @abstractmethod

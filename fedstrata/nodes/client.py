@@ -301,7 +301,7 @@ class ClientNode:
         phase = body["phase"]
         sub = body.get("sub", 0)
         if phase == "final":
-            return self._finish(env.round, body)
+            return self._finish(env.round, body, payload)
         if phase == "setup":
             return self._answer_setup(env)
         if self._layout is not None:
@@ -381,8 +381,13 @@ class ClientNode:
         round_, sub = self._member_key
         return [self._publish(round_, {**reply, "sub": sub}, "secagg")]
 
-    def _finish(self, round_: int, body: dict[str, Any]) -> list[Effect]:
-        result, flops = self.learner.finish(body)
+    def _finish(
+        self, round_: int, body: dict[str, Any], payload: bytes | wire.Unpacked = b""
+    ) -> list[Effect]:
+        if self._cohort is not None and type(payload) in _COHORT_KEYS and payload:
+            result, flops = self._cohort.finish(self, payload, body)
+        else:
+            result, flops = self.learner.finish(body)
         self.state = ClientState.DONE
         self.result = result
         return [

@@ -7,7 +7,9 @@ payload the first time one of them asks (:meth:`~fedstrata.nodes.algorithm.Algor
 update_batch`, one vectorized call) and hands each member its own partial when its
 turn comes. Nothing observable changes: a member's partial is bit for bit the one its
 own :meth:`~fedstrata.nodes.algorithm.Learner.update` gives, its flops and its
-message are its own, and when it answers is decided by the simulation as before.
+message are its own, and when it answers is decided by the simulation as before. The
+final model's labels are batched the same way (:meth:`Cohort.finish`,
+:meth:`~fedstrata.nodes.algorithm.Algorithm.finish_batch`).
 
 Members the plug-in does not batch, a member whose configuration changed since the
 batch, and a payload the cohort no longer remembers are computed on the member's own
@@ -55,7 +57,8 @@ class Cohort:
         self.entries = entries
         self._members: dict[str, CohortMember] = {}
         # payload -> (node id -> (learner, configuration, result), node ids computed)
-        self._batches: dict[bytes | Unpacked, _Batch] = {}
+        # (update or finish, payload) -> its batch
+        self._batches: dict[tuple[str, bytes | Unpacked], _Batch] = {}
         self._lock = threading.Lock()  # an in-process MQTT run's clients may share one
         self.batched = 0  # steps handed out from a batch
         self.own = 0  # steps members computed on their own path
@@ -77,14 +80,25 @@ class Cohort:
         ``key`` is the model message's payload: members answering the same bytes (the
         same :class:`~fedstrata.wire.Unpacked` message) get the same body.
         """
+        return self._take("update", member, key, body)
+
+    def finish(
+        self, member: CohortMember, key: bytes | Unpacked, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], float]:
+        """``member.learner.finish(body)`` under the final model, batched as :meth:`update`."""
+        return self._take("finish", member, key, body)
+
+    def _take(
+        self, kind: str, member: CohortMember, key: bytes | Unpacked, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], float]:
         with self._lock:
             if self._members.get(member.node_id) is not member:
                 self._members[member.node_id] = member
-            batch = self._batches.get(key)
+            batch = self._batches.get((kind, key))
             if batch is None:
-                batch = self._batches[key] = self._new_batch()
+                batch = self._batches[kind, key] = self._new_batch()
             if member.node_id not in batch[1]:
-                self._compute(member, batch, body)  # those whose configuration came since
+                self._compute(kind, member, batch, body)  # those configured since
             entry = batch[0].pop(member.node_id, None)
         if entry is not None:
             learner, config, result = entry
@@ -92,7 +106,8 @@ class Cohort:
                 self.batched += 1
                 return result
         self.own += 1
-        return member.learner.update(body)
+        own = member.learner.update if kind == "update" else member.learner.finish
+        return own(body)
 
     def _new_batch(self) -> _Batch:
         """An empty batch (results by node id, ids computed), the oldest one forgotten."""
@@ -102,6 +117,7 @@ class Cohort:
 
     def _compute(
         self,
+        kind: str,
         member: CohortMember,
         batch: _Batch,
         body: dict[str, Any],
@@ -120,8 +136,9 @@ class Cohort:
             and m.node_id not in done
             and (asked is None or m.node_id in asked)
         ]
+        many = self.algorithm.update_batch if kind == "update" else self.algorithm.finish_batch
         try:
-            out = self.algorithm.update_batch([m.learner for m in chosen], body)
+            out = many([m.learner for m in chosen], body)
         except Exception:  # the members' own steps raise (or not) as they always did
             out = [None] * len(chosen)
         for m, r in zip(chosen, out, strict=True):

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from fedstrata.algorithms.multiview import PreparedViews
+from fedstrata.plugins.lean import lean_memberships
 
-__all__ = ["StackCache", "StackedViews", "stack_views", "update_batch"]
+__all__ = ["StackCache", "StackedViews", "finish_batch", "stack_views", "update_batch"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,25 @@ class StackCache:
         return stacked
 
 
+def _groups(
+    algorithm: Any, learners: Sequence[Any], learner_type: type, max_samples: int
+) -> dict[tuple[int, tuple[int, ...]], list[int]]:
+    """Indices of the learners the lean step takes, by (sample count, view ids)."""
+    groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for i, learner in enumerate(learners):
+        if type(learner) is not learner_type:
+            continue
+        it: Any = learner  # (type(x) is T narrows x to object for the type checker)
+        if (
+            it.algorithm is algorithm
+            and it._frame is None
+            and bool(it.view_ids)
+            and it.n_samples <= max_samples
+        ):
+            groups.setdefault((it.n_samples, it.view_ids), []).append(i)
+    return groups
+
+
 def update_batch(
     algorithm: Any,
     learners: Sequence[Any],
@@ -123,30 +143,15 @@ def update_batch(
     """Each learner's ``update(body)``, computed in stacked groups; None where not batched.
 
     ``algorithm`` is the rule-``sum`` multi-view plug-in, ``lean`` its
-    :func:`~fedstrata.plugins.multiview.lean_statistics`, ``learner_type`` its learner
+    :func:`~fedstrata.plugins.lean.lean_statistics`, ``learner_type`` its learner
     class and ``max_samples`` the largest client the lean step takes; ``stacks``
     remembers the stacked views of the groups it has seen.
     """
-
-    def batchable(learner: Any) -> bool:  # exactly the plain lean step
-        if type(learner) is not learner_type:
-            return False
-        it: Any = learner  # (type(x) is T narrows x to object for the type checker)
-        return (
-            it.algorithm is algorithm
-            and it._frame is None
-            and bool(it.view_ids)
-            and it.n_samples <= max_samples
-        )
-
     out: list[tuple[dict[str, Any], float] | None] = [None] * len(learners)
     model, p = algorithm.model, algorithm.protocol
     if p.dp_clip is not None or "kernel_scale" in body:
         return out
-    groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
-    for i, learner in enumerate(learners):
-        if batchable(learner):
-            groups.setdefault((learner.n_samples, learner.view_ids), []).append(i)
+    groups = _groups(algorithm, learners, learner_type, max_samples)
     if not groups:
         return out
     glob = algorithm.models.read(body, algorithm.shape)
@@ -171,4 +176,41 @@ def update_batch(
                 "objective": float(J[b]),
             }
             out[i] = (partial, learner._flops(1))
+    return out
+
+
+def finish_batch(
+    algorithm: Any,
+    learners: Sequence[Any],
+    body: dict[str, Any],
+    *,
+    learner_type: type,
+    max_samples: int,
+    stacks: StackCache | None = None,
+) -> list[tuple[dict[str, Any], float] | None]:
+    """Each learner's ``finish(body)`` (labels and memberships), in stacked groups.
+
+    Entry ``i`` is ``learners[i].finish(body)`` bit for bit
+    (:func:`~fedstrata.plugins.lean.lean_memberships` are the memberships the engine
+    computes), or None where the learner personalises its model (it fits or holds a
+    local model) or the lean step does not take it.
+    """
+    out: list[tuple[dict[str, Any], float] | None] = [None] * len(learners)
+    if algorithm.protocol.personal_iters is not None:
+        return out
+    groups = _groups(algorithm, learners, learner_type, max_samples)
+    if not groups:
+        return out
+    glob = algorithm.models.read(body, algorithm.shape)
+    for members in groups.values():
+        chosen = [i for i in members if learners[i].local is None]
+        if not chosen:
+            continue
+        pvs = [learners[i].prepared() for i in chosen]
+        stacked = stack_views(pvs) if stacks is None else stacks.get(pvs)
+        U = lean_memberships(stacked, glob, algorithm.model)  # (B, c, n)
+        for b, i in enumerate(chosen):
+            mine = U[b].T.copy()  # (n, c), C-contiguous: the client's own np.array(U)
+            labels = mine.argmax(axis=1)
+            out[i] = ({"labels": labels, "memberships": mine}, learners[i]._flops(1))
     return out

@@ -1,4 +1,4 @@
-"""The multi-view family's batched client step gives each client its own step's bits."""
+"""The multi-view family's batched client step and final labels: each client's own bits."""
 
 import numpy as np
 from hypothesis import given, settings
@@ -83,6 +83,17 @@ def test_every_batched_partial_has_the_bits_of_the_clients_own_update(
         assert got is not None
         _same(got[0], want[0])
         assert got[1] == want[1]
+    final = {**body, "phase": "final"}
+    with np.errstate(all="ignore"):
+        batched_final = algo.finish_batch(learners, final)
+        own_final = [learner.finish(final) for learner in learners]
+    for got, want, n in zip(batched_final, own_final, sizes, strict=True):
+        if n > mvp.LEAN_MAX_SAMPLES:
+            assert got is None
+            continue
+        assert got is not None
+        _same(got[0], want[0])  # labels and memberships: dtype, shape and bytes
+        assert got[0]["memberships"].flags.c_contiguous and got[1] == want[1]
 
 
 def test_dp_and_per_client_kernel_scales_are_left_to_the_clients():
@@ -106,6 +117,15 @@ def test_dp_and_per_client_kernel_scales_are_left_to_the_clients():
     assert algo.update_batch([other], body) == [None]  # another algorithm's learner
     weighted = mvp.multiview_algorithm(model, ProtocolConfig(run="t", rule="weighted"), shape)
     assert weighted.update_batch([learner], body) == [None]  # local fitting: never batched
+    final = {**body, "phase": "final"}
+    assert algo.finish_batch([learner], final)[0] is not None
+    assert weighted.finish_batch([learner], final) == [None]
+    personal = mvp.multiview_algorithm(
+        model, ProtocolConfig(run="t", rule="sum", personal_iters=3), shape
+    )
+    mine = personal.learner([X], view_ids=(0,), rng=np.random.default_rng(0), node_id="c")
+    mine.configure(extras)
+    assert personal.finish_batch([mine], final) == [None]  # fits its local model first
 
 
 def test_a_stack_is_kept_only_for_a_group_asked_for_again():

@@ -191,3 +191,33 @@ def test_no_batch_is_a_simulator_option_of_the_installed_command(tmp_path):
         assert done.returncode == 0, done.stderr
         outs.append(_record(out))
     assert outs[0] == outs[1]
+
+
+def test_batched_final_labels_are_each_clients_own(monkeypatch):
+    """The clients' results (labels, memberships) are those of their own finish, bit for bit."""
+    from fedstrata.plugins.multiview import StatisticsAlgorithm
+    from fedstrata.scenarios.run import simulate
+
+    given_out = []
+    original = StatisticsAlgorithm.finish_batch
+
+    def counted(self, learners, body):
+        out = original(self, learners, body)
+        given_out.append(sum(r is not None for r in out))
+        return out
+
+    monkeypatch.setattr(StatisticsAlgorithm, "finish_batch", counted)
+    sc = load_scenario(ROOT / "scenarios" / "edge-fog-cloud.yaml")
+    results = {}
+    for batch in (True, False):
+        fed, _, _ = simulate(sc, batch=batch)
+        results[batch] = {
+            node: r for node, r in fed.sim.results.items() if node.startswith("client")
+        }
+    assert sum(given_out) >= 0.9 * len(results[True])  # nearly all from a batch
+    assert results[True].keys() == results[False].keys() and results[True]
+    for node, got in results[True].items():
+        want = results[False][node]
+        for key in ("labels", "memberships"):
+            assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape
+            assert got[key].tobytes() == want[key].tobytes(), (node, key)

@@ -12,6 +12,8 @@ with.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from fedstrata.algorithms.multiview import (  # the engine's private helpers, on purpose
@@ -24,10 +26,15 @@ from fedstrata.algorithms.multiview import (  # the engine's private helpers, on
 )
 from fedstrata.plugins.global_models import GlobalModel
 
+if TYPE_CHECKING:
+    from fedstrata.plugins.batch_update import StackedViews
+
 __all__ = ["lean_memberships", "lean_statistics"]
 
 
-def lean_memberships(pv: PreparedViews, glob: GlobalModel, model: MultiViewModel) -> np.ndarray:
+def lean_memberships(
+    pv: PreparedViews | StackedViews, glob: GlobalModel, model: MultiViewModel
+) -> np.ndarray:
     """The memberships of :func:`lean_statistics`, cluster-major: (*lead, c, n).
 
     Bit for bit the transpose of ``local_statistics(...).memberships[0]`` (a property
@@ -37,7 +44,7 @@ def lean_memberships(pv: PreparedViews, glob: GlobalModel, model: MultiViewModel
 
 
 def _weights(
-    pv: PreparedViews, glob: GlobalModel, model: MultiViewModel
+    pv: PreparedViews | StackedViews, glob: GlobalModel, model: MultiViewModel
 ) -> tuple[list[np.ndarray], list[np.ndarray | None], list[bool], np.ndarray]:
     """Per held view the distances, exp(-φ) where kept and the shared flags; memberships."""
     c, n = model.n_clusters, pv.n_samples

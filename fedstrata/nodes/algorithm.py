@@ -303,6 +303,16 @@ class Algorithm(ABC):
         """
         raise NodeProtocolError(f"{self.name} cannot label data outside a client")
 
+    def labels_batch(
+        self, observers: Sequence[Callable[[Any], np.ndarray]], state: Any
+    ) -> list[np.ndarray]:
+        """``[o(state) for o in observers]`` for observers this plug-in made.
+
+        A plug-in may label many clients in one vectorized call; each entry must be
+        its observer's own result, bit for bit. The default calls each in turn.
+        """
+        return [o(state) for o in observers]
+
     def state_arrays(self, state: Any) -> dict[str, np.ndarray]:
         """The global state's arrays by name, for ``model.npz``."""
         raise NodeProtocolError(f"{self.name} cannot export its state")

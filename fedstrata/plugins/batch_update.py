@@ -22,10 +22,19 @@ from typing import Any
 
 import numpy as np
 
-from fedstrata.algorithms.multiview import PreparedViews
+from fedstrata.algorithms.multiview import MultiViewModel, PreparedViews, local_statistics
+from fedstrata.plugins.global_models import GlobalModel
 from fedstrata.plugins.lean import lean_memberships
 
-__all__ = ["StackCache", "StackedViews", "finish_batch", "stack_views", "update_batch"]
+__all__ = [
+    "PreparedObserver",
+    "StackCache",
+    "StackedViews",
+    "finish_batch",
+    "labels_batch",
+    "stack_views",
+    "update_batch",
+]
 
 
 @dataclass(frozen=True)
@@ -214,3 +223,49 @@ def finish_batch(
             labels = mine.argmax(axis=1)
             out[i] = ({"labels": labels, "memberships": mine}, learners[i]._flops(1))
     return out
+
+
+class PreparedObserver:
+    """The labels of one client's prepared views under a global state (a callable).
+
+    What the multi-view plug-in's ``observer`` returns: ``observer(state)`` is the
+    engine's own computation; :func:`labels_batch` stacks many of them instead.
+    """
+
+    __slots__ = ("model", "prepared")
+
+    def __init__(self, prepared: PreparedViews, model: MultiViewModel) -> None:
+        self.prepared = prepared
+        self.model = model
+
+    def __call__(self, state: Any) -> np.ndarray:
+        """The argmax of the client's memberships under ``state``."""
+        U = local_statistics(self.prepared, state.batched(), self.model).memberships
+        assert U is not None
+        return U[0].argmax(axis=1)
+
+
+def labels_batch(
+    observers: Sequence[Any], state: Any, *, model: MultiViewModel, max_samples: int
+) -> list[np.ndarray]:
+    """``[o(state) for o in observers]``, the small clients' in stacked groups.
+
+    Each entry is its observer's own result, bit for bit: the lean memberships are the
+    engine's (:func:`~fedstrata.plugins.lean.lean_memberships`), cluster-major, and the
+    first maximum over clusters is the same in either layout.
+    """
+    out: list[np.ndarray | None] = [None] * len(observers)
+    groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for i, o in enumerate(observers):
+        if type(o) is PreparedObserver and o.model is model:
+            pv = o.prepared
+            if pv.view_ids and pv.n_samples <= max_samples:
+                groups.setdefault((pv.n_samples, pv.view_ids), []).append(i)
+    if groups:
+        glob = GlobalModel(state.batched())
+        for members in groups.values():
+            stacked = stack_views([observers[i].prepared for i in members])
+            U = lean_memberships(stacked, glob, model)  # (B, c, n)
+            for b, i in enumerate(members):
+                out[i] = U[b].argmax(axis=0)
+    return [o(state) if r is None else r for o, r in zip(observers, out, strict=True)]

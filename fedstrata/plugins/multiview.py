@@ -64,7 +64,13 @@ from fedstrata.plugins._setup import (
     SharedSetupRound,
     setup_body,
 )
-from fedstrata.plugins.batch_update import StackCache, finish_batch, update_batch
+from fedstrata.plugins.batch_update import (
+    PreparedObserver,
+    StackCache,
+    finish_batch,
+    labels_batch,
+    update_batch,
+)
 from fedstrata.plugins.global_models import GlobalModel, GlobalModels, read_global
 from fedstrata.plugins.lean import lean_statistics
 from fedstrata.plugins.messages import (
@@ -444,13 +450,13 @@ class _MultiView(SharedSetupRound, Algorithm):
             references=references,
             view_dims=self.shape.dims,
         )
+        return PreparedObserver(pv, self.model)
 
-        def labels(state: Any) -> np.ndarray:
-            U = local_statistics(pv, state.batched(), self.model).memberships
-            assert U is not None
-            return U[0].argmax(axis=1)
-
-        return labels
+    def labels_batch(
+        self, observers: Sequence[Callable[[Any], np.ndarray]], state: Any
+    ) -> list[np.ndarray]:
+        """Small clients' labels in stacked groups, each the bits of its own observer."""
+        return labels_batch(observers, state, model=self.model, max_samples=LEAN_MAX_SAMPLES)
 
     def state_arrays(self, state: Any) -> dict[str, np.ndarray]:
         """``centers_{h}`` per view and ``view_weights``."""

@@ -8,7 +8,7 @@ from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.multiview import MultiViewModel
 from fedstrata.nodes.config import ProtocolConfig
 from fedstrata.plugins import multiview as mvp
-from fedstrata.plugins.messages import Shape, references_body
+from fedstrata.plugins.messages import Shape, read_state, references_body
 
 
 def _same(got, want):
@@ -40,9 +40,23 @@ def _same(got, want):
     bandwidth=st.sampled_from([None, 1.0]),
     spread=st.sampled_from([1e-3, 1.0, 30.0]),
     seed=st.integers(0, 2**32 - 1),
+    scaled=st.booleans(),  # MVKM-ED's per-view β on δ, carried by the model
 )
 def test_every_batched_partial_has_the_bits_of_the_clients_own_update(
-    c, dims, sizes, masks, distance, kernel, update, membership, m, alpha, bandwidth, spread, seed
+    c,
+    dims,
+    sizes,
+    masks,
+    distance,
+    kernel,
+    update,
+    membership,
+    m,
+    alpha,
+    bandwidth,
+    spread,
+    seed,
+    scaled,
 ):
     rng = np.random.default_rng(seed)
     H = len(dims)
@@ -72,6 +86,8 @@ def test_every_batched_partial_has_the_bits_of_the_clients_own_update(
         "centers": [rng.normal(size=(c, d)) * spread for d in dims],
         "view_weights": rng.dirichlet(np.ones(H)),
     }
+    if scaled:
+        body["view_scale"] = rng.uniform(0.1, 3.0, size=H)
     with np.errstate(all="ignore"):
         batched = algo.update_batch(learners, body)
         own = [learner.update(body) for learner in learners]
@@ -94,6 +110,17 @@ def test_every_batched_partial_has_the_bits_of_the_clients_own_update(
         assert got is not None
         _same(got[0], want[0])  # labels and memberships: dtype, shape and bytes
         assert got[0]["memberships"].flags.c_contiguous and got[1] == want[1]
+    observers = []
+    for j in range(len(sizes)):
+        held = learners[j].view_ids
+        refs = [kernel_reference(pooled[g]) for g in held]
+        observers.append(algo.observer(learners[j].views, held, refs))
+    state = read_state(body, shape)
+    with np.errstate(all="ignore"):
+        together = algo.labels_batch(observers, state)
+        alone = [o(state) for o in observers]
+    for got, want in zip(together, alone, strict=True):
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
 def test_dp_and_per_client_kernel_scales_are_left_to_the_clients():

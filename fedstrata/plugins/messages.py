@@ -258,17 +258,13 @@ def stats_partial(stats: Stats, objective: float = 0.0) -> dict[str, Any]:
 
 def to_stats(body: dict[str, Any], shape: Shape) -> Stats:
     """Read a ``stats`` partial back into :class:`Stats`."""
-    return _to_stats(body, shape)
-
-
-def _to_stats(body: dict[str, Any], shape: Shape, seen: list[np.ndarray] | None = None) -> Stats:
     cd = [(shape.n_clusters, d) for d in shape.dims]
     return Stats(
-        center_num=tuple(_arrays(body, "num", cd, seen=seen)),
-        center_den=tuple(_arrays(body, "den", cd, seen=seen)),
-        view_costs=_array(body, "costs", (shape.n_views,), seen),
-        cluster_mass=_array(body, "mass", (shape.n_clusters,), seen),
-        view_counts=_array(body, "counts", (shape.n_views,), seen).astype(np.int64),
+        center_num=tuple(_arrays(body, "num", cd)),
+        center_den=tuple(_arrays(body, "den", cd)),
+        view_costs=_array(body, "costs", (shape.n_views,)),
+        cluster_mass=_array(body, "mass", (shape.n_clusters,)),
+        view_counts=_array(body, "counts", (shape.n_views,)).astype(np.int64),
         n_samples=read_int(body, "n"),
     )
 
@@ -344,8 +340,13 @@ def _check_fields(body: dict[str, Any], shape: Shape, seen: list[np.ndarray] | N
     if not isinstance(J, float) or not math.isfinite(J):
         raise WireError("body field 'objective' must be a finite float")
     cd = [(shape.n_clusters, d) for d in shape.dims]
-    if mode == "stats":
-        _to_stats(body, shape, seen)
+    if mode == "stats":  # the fields of to_stats, in its order
+        _arrays(body, "num", cd, seen=seen)
+        _arrays(body, "den", cd, seen=seen)
+        _array(body, "costs", (shape.n_views,), seen)
+        _array(body, "mass", (shape.n_clusters,), seen)
+        _array(body, "counts", (shape.n_views,), seen)
+        read_int(body, "n")
     elif mode == "params":
         _arrays(body, "wcenters", cd, optional=True, seen=seen)
         _array(body, "wviews", (shape.n_views,), seen)

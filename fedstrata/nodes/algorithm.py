@@ -133,6 +133,20 @@ class Algorithm(ABC):
         """
         return [None] * len(learners)
 
+    def setup_batch(
+        self, learners: Sequence[Learner], body: dict[str, Any]
+    ) -> list[tuple[dict[str, Any], float, Callable[[], bool]] | None]:
+        """Several learners' :meth:`Learner.setup` replies to one setup model (no request).
+
+        Entry ``i`` is ``(reply, flops, claim)``: ``reply`` and ``flops`` are exactly
+        what ``learners[i].setup()`` would return, bit for bit, but the learner itself
+        is left unchanged until the caller calls ``claim()``, which makes the change its
+        own call would have made (its random draws) and returns True, or returns False
+        when the learner changed since (it then computes its own). None: the learner
+        computes its own. The default batches nothing.
+        """
+        return [None] * len(learners)
+
     def finish_batch(
         self, learners: Sequence[Learner], body: dict[str, Any]
     ) -> list[tuple[dict[str, Any], float] | None]:

@@ -303,7 +303,7 @@ class ClientNode:
         if phase == "final":
             return self._finish(env.round, body, payload)
         if phase == "setup":
-            return self._answer_setup(env)
+            return self._answer_setup(env, payload)
         if self._layout is not None:
             return self._answer_secure(env, self._layout, lambda: self._step(payload, body))
         partial, flops = self._step(payload, body)
@@ -316,7 +316,9 @@ class ClientNode:
 
     # -- secure aggregation ------------------------------------------------------------
 
-    def _answer_setup(self, env: wire.Envelope) -> list[Effect]:
+    def _answer_setup(
+        self, env: wire.Envelope, payload: bytes | wire.Unpacked = b""
+    ) -> list[Effect]:
         """Answer a setup stage: in a secure session when its replies are sums, else plain."""
         request = env.body.get("request")
         if request is not None and not isinstance(request, dict):
@@ -324,7 +326,11 @@ class ClientNode:
         layout = None if self._layout is None else self.algorithm.setup_layout(request)
 
         def compute() -> tuple[dict[str, Any], float]:
-            return self.learner.setup(request) if request is not None else self.learner.setup()
+            if request is not None:
+                return self.learner.setup(request)
+            if self._cohort is not None and type(payload) in _COHORT_KEYS and payload:
+                return self._cohort.setup(self, payload, env.body)
+            return self.learner.setup()
 
         if layout is not None:
             return self._answer_secure(env, layout, compute)

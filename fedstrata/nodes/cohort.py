@@ -19,6 +19,7 @@ path, which stays the reference.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fedstrata.nodes.algorithm import Algorithm, Learner
@@ -57,7 +58,7 @@ class Cohort:
         self.entries = entries
         self._members: dict[str, CohortMember] = {}
         # payload -> (node id -> (learner, configuration, result), node ids computed)
-        # (update or finish, payload) -> its batch
+        # (update, finish or setup, payload) -> its batch
         self._batches: dict[tuple[str, bytes | Unpacked], _Batch] = {}
         self._lock = threading.Lock()  # an in-process MQTT run's clients may share one
         self.batched = 0  # steps handed out from a batch
@@ -88,6 +89,17 @@ class Cohort:
         """``member.learner.finish(body)`` under the final model, batched as :meth:`update`."""
         return self._take("finish", member, key, body)
 
+    def setup(
+        self, member: CohortMember, key: bytes | Unpacked, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], float]:
+        """``member.learner.setup()`` for the setup model ``key``, batched as :meth:`update`.
+
+        A batched reply is taken only if its claim holds (the learner's generator is
+        still where the batch found it: see
+        :meth:`~fedstrata.nodes.algorithm.Algorithm.setup_batch`).
+        """
+        return self._take("setup", member, key, body)
+
     def _take(
         self, kind: str, member: CohortMember, key: bytes | Unpacked, body: dict[str, Any]
     ) -> tuple[dict[str, Any], float]:
@@ -102,10 +114,16 @@ class Cohort:
             entry = batch[0].pop(member.node_id, None)
         if entry is not None:
             learner, config, result = entry
-            if learner is member.learner and config == member.config_id:
+            if (
+                learner is member.learner
+                and config == member.config_id
+                and (kind != "setup" or result[2]())
+            ):
                 self.batched += 1
-                return result
+                return result[0], result[1]
         self.own += 1
+        if kind == "setup":
+            return member.learner.setup()
         own = member.learner.update if kind == "update" else member.learner.finish
         return own(body)
 
@@ -136,9 +154,16 @@ class Cohort:
             and m.node_id not in done
             and (asked is None or m.node_id in asked)
         ]
-        many = self.algorithm.update_batch if kind == "update" else self.algorithm.finish_batch
+        learners = [m.learner for m in chosen]
+        a = self.algorithm
+        out: Sequence[Any]
         try:
-            out = many([m.learner for m in chosen], body)
+            if kind == "update":
+                out = a.update_batch(learners, body)
+            elif kind == "finish":
+                out = a.finish_batch(learners, body)
+            else:
+                out = a.setup_batch(learners, body)
         except Exception:  # the members' own steps raise (or not) as they always did
             out = [None] * len(chosen)
         for m, r in zip(chosen, out, strict=True):

@@ -10,13 +10,14 @@ centres (:func:`~fedstrata.algorithms.seeding.reduce_candidates`), level by leve
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from fedstrata.algorithms.kernels import kernel_reference
 from fedstrata.algorithms.seeding import local_candidates, reduce_candidates
+from fedstrata.algorithms.seeding_batch import local_candidates_batch
 from fedstrata.errors import WireError
 from fedstrata.plugins import private_setup
 from fedstrata.plugins.messages import (
@@ -31,7 +32,13 @@ from fedstrata.plugins.messages import (
 from fedstrata.privacy.layout import Layout, flatten
 from fedstrata.privacy.sample_dp import PrivateConfig
 
-__all__ = ["SharedSetupRound", "check_setup_body", "merge_setup_bodies", "setup_body"]
+__all__ = [
+    "SharedSetupRound",
+    "check_setup_body",
+    "merge_setup_bodies",
+    "setup_bodies",
+    "setup_body",
+]
 
 
 def setup_body(
@@ -43,16 +50,60 @@ def setup_body(
     spread: bool,
 ) -> dict[str, Any]:
     """A client's setup reply; ``spread``: include Σ(x − mean)² (bytes count)."""
+    body = _references_reply(views, view_ids, shape, spread)
+    if len(view_ids) == shape.n_views:  # only full-view clients can seed all views
+        candidates, sizes = local_candidates(views, shape.n_clusters, rng)
+        body["init"], body["init_w"] = candidates, sizes
+    return body
+
+
+def _references_reply(
+    views: Sequence[np.ndarray], view_ids: Sequence[int], shape: Shape, spread: bool
+) -> dict[str, Any]:
     refs: list[Any] = [None] * shape.n_views
     for g, X in zip(view_ids, views, strict=True):
         ref = kernel_reference(X)
         refs[g] = ref if spread else dataclasses.replace(ref, sq_dev=None)
     n = int(views[0].shape[0])
-    body: dict[str, Any] = {"mode": "setup", "n": n, **references_body(refs)}
-    if len(view_ids) == shape.n_views:  # only full-view clients can seed all views
-        candidates, sizes = local_candidates(views, shape.n_clusters, rng)
-        body["init"], body["init_w"] = candidates, sizes
-    return body
+    return {"mode": "setup", "n": n, **references_body(refs)}
+
+
+def setup_bodies(
+    views: Sequence[Sequence[np.ndarray]],
+    shape: Shape,
+    rngs: Sequence[np.random.Generator],
+    *,
+    spread: bool,
+) -> list[tuple[dict[str, Any], Callable[[], bool]]]:
+    """:func:`setup_body` of clients holding every view, with equal sample counts.
+
+    ``views[b]`` are client b's views in view order. Each reply is its client's own,
+    bit for bit (:func:`~fedstrata.algorithms.seeding_batch.local_candidates_batch`),
+    but the clients' generators are left as they were: each reply comes with a claim
+    that advances its generator as the client's own call would have, and refuses
+    (False) if the generator moved in the meantime.
+    """
+    ids = tuple(range(shape.n_views))
+    before = [rng.bit_generator.state for rng in rngs]
+    stacked = [np.stack([v[h] for v in views]) for h in ids]
+    candidates = local_candidates_batch(stacked, shape.n_clusters, rngs)
+    out: list[tuple[dict[str, Any], Callable[[], bool]]] = []
+    for v, rng, old, (cands, sizes) in zip(views, rngs, before, candidates, strict=True):
+        body = _references_reply(v, ids, shape, spread)
+        body["init"], body["init_w"] = cands, sizes
+        out.append((body, _claim(rng, old, rng.bit_generator.state)))
+        rng.bit_generator.state = old
+    return out
+
+
+def _claim(rng: np.random.Generator, before: Any, after: Any) -> Callable[[], bool]:
+    def claim() -> bool:
+        if rng.bit_generator.state != before:
+            return False
+        rng.bit_generator.state = after
+        return True
+
+    return claim
 
 
 def check_setup_body(body: dict[str, Any], shape: Shape) -> None:

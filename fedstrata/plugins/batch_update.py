@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fedstrata.algorithms.multiview import MultiViewModel, PreparedViews, local_statistics
+from fedstrata.plugins._setup import setup_bodies
 from fedstrata.plugins.global_models import GlobalModel
 from fedstrata.plugins.lean import lean_memberships
 
@@ -32,6 +33,7 @@ __all__ = [
     "StackedViews",
     "finish_batch",
     "labels_batch",
+    "setup_batch",
     "stack_views",
     "update_batch",
 ]
@@ -269,3 +271,35 @@ def labels_batch(
             for b, i in enumerate(members):
                 out[i] = U[b].argmax(axis=0)
     return [o(state) if r is None else r for o, r in zip(observers, out, strict=True)]
+
+
+def setup_batch(
+    algorithm: Any, learners: Sequence[Any], *, learner_type: type
+) -> list[tuple[dict[str, Any], float, Callable[[], bool]] | None]:
+    """Each learner's ``setup()`` reply (no private stage), in groups of equal sample count.
+
+    Only clients holding every view (their replies carry seeding candidates drawn from
+    their own generators; see :func:`~fedstrata.plugins._setup.setup_bodies` for the
+    claim each entry carries); the others compute their own.
+    """
+    out: list[tuple[dict[str, Any], float, Callable[[], bool]] | None] = [None] * len(learners)
+    if algorithm.private is not None:
+        return out
+    every = tuple(range(algorithm.shape.n_views))
+    groups: dict[int, list[int]] = {}
+    for i, learner in enumerate(learners):
+        it: Any = learner
+        if type(learner) is learner_type and it.algorithm is algorithm and it.view_ids == every:
+            groups.setdefault(it.n_samples, []).append(i)
+    spread = algorithm.model.bandwidth is not None
+    for members in groups.values():
+        chosen = [learners[i] for i in members]
+        replies = setup_bodies(
+            [m.views for m in chosen],
+            algorithm.shape,
+            [m.rng for m in chosen],
+            spread=spread,
+        )
+        for i, learner, (body, claim) in zip(members, chosen, replies, strict=True):
+            out[i] = (body, learner._flops(10), claim)
+    return out

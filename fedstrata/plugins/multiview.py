@@ -69,6 +69,7 @@ from fedstrata.plugins.batch_update import (
     StackCache,
     finish_batch,
     labels_batch,
+    setup_batch,
     update_batch,
 )
 from fedstrata.plugins.global_models import GlobalModel, GlobalModels, read_global
@@ -451,6 +452,14 @@ class _MultiView(SharedSetupRound, Algorithm):
             view_dims=self.shape.dims,
         )
         return PreparedObserver(pv, self.model)
+
+    def setup_batch(
+        self, learners: Sequence[Learner], body: dict[str, Any]
+    ) -> list[tuple[dict[str, Any], float, Callable[[], bool]] | None]:
+        """Full-view clients' setup replies, their candidates seeded in stacked groups."""
+        if body.get("request") is not None:
+            return [None] * len(learners)
+        return setup_batch(self, learners, learner_type=MultiViewLearner)
 
     def labels_batch(
         self, observers: Sequence[Callable[[Any], np.ndarray]], state: Any

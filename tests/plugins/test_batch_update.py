@@ -11,6 +11,13 @@ from fedstrata.plugins import multiview as mvp
 from fedstrata.plugins.messages import Shape, read_state, references_body
 
 
+def _packed(body):
+    from fedstrata import wire
+
+    env = wire.Envelope(kind="update", run="t", round=0, tier="edge", sender="c", body=body)
+    return wire.encode(env)
+
+
 def _same(got, want):
     assert got.keys() == want.keys()
     for key in got:
@@ -179,3 +186,53 @@ def test_a_stack_is_kept_only_for_a_group_asked_for_again():
         cache.get(pvs[:k])
         cache.get(pvs[:k])
     assert len(cache._stacks) <= 2 and len(cache._seen) <= 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([2, 5, 5, 5, 9]), min_size=1, max_size=8),
+    partial=st.lists(st.booleans(), min_size=8, max_size=8),
+    bandwidth=st.sampled_from([None, 1.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_batched_setup_replies_are_each_clients_own_and_draw_only_when_claimed(
+    sizes, partial, bandwidth, seed
+):
+    rng = np.random.default_rng(seed)
+    shape = Shape(3, (2, 3))
+    model = MultiViewModel(3, bandwidth=bandwidth)
+    algo = mvp.multiview_algorithm(model, ProtocolConfig(run="t", rule="sum"), shape)
+
+    def learners(tag):
+        out = []
+        for j, n in enumerate(sizes):
+            held = (1,) if partial[j] else (0, 1)
+            data = [
+                np.random.default_rng([seed, j, g]).normal(size=(n, shape.dims[g])) for g in held
+            ]
+            gen = np.random.default_rng([seed, j])
+            out.append(algo.learner(data, view_ids=held, rng=gen, node_id=f"{tag}{j}"))
+        return out
+
+    mine, theirs = learners("a"), learners("b")
+    before = [m.rng.bit_generator.state for m in mine]
+    batched = algo.setup_batch(mine, {"phase": "setup"})
+    assert [m.rng.bit_generator.state for m in mine] == before  # nothing drawn yet
+    for j, (got, learner, own) in enumerate(zip(batched, mine, theirs, strict=True)):
+        want = own.setup()
+        if partial[j]:
+            assert got is None  # no candidates to seed: its own call
+            continue
+        assert got is not None
+        assert _packed(got[0]) == _packed(want[0])  # every value, bit for bit
+        assert got[1] == want[1]
+        assert got[2]() is True  # claimed: the draws of its own call
+        assert learner.rng.bit_generator.state == own.rng.bit_generator.state
+    mover = learners("c")
+    entries = algo.setup_batch(mover, {"phase": "setup"})
+    for learner, entry in zip(mover, entries, strict=True):
+        if entry is not None:
+            learner.rng.random()  # the generator moved: the batched reply is refused
+            assert entry[2]() is False
+    assert algo.setup_batch(mine, {"phase": "setup", "request": {}}) == [None] * len(mine)
+    del rng

@@ -30,11 +30,15 @@ def _standardized(views: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _sq_dist(Z: np.ndarray, zz: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances (R, n, c) between rows of Z and centres C (R, c, D)."""
+    """Squared Euclidean distances (R, n, c) between rows of Z and centres C (R, c, D).
+
+    Z is (n, D) with zz its squared norms (n,), or one data set per restart: (R, n, D)
+    and (R, n).
+    """
     # Z·(2C) is 2(Z·C) bit for bit (scaling by 2 is exact), so this rounds exactly as
     # zz - 2 Z·C + |C|² written out, with one temporary and one pass fewer
     d = Z @ np.swapaxes(2.0 * C, -1, -2)
-    np.subtract(zz[:, None], d, out=d)
+    np.subtract(zz[..., None], d, out=d)
     d += (C * C).sum(axis=-1)[:, None, :]
     return np.maximum(d, 0.0, out=d)
 
@@ -77,12 +81,15 @@ def _first_argmin(D: np.ndarray) -> np.ndarray:
 def lloyd(Z: np.ndarray, centers: np.ndarray, n_iter: int = 20) -> np.ndarray:
     """Batched Lloyd iterations; returns labels (R, n). Empty clusters keep their centre.
 
-    Works cluster-major, (R, c, n), so that the reductions over c are row operations;
-    a restart whose labels stopped changing is at a fixed point and leaves the batch.
+    ``Z`` is the data (n, D) of every restart, or one data set per restart (R, n, D)
+    without NaN. Works cluster-major, (R, c, n), so that the reductions over c are row
+    operations; a restart whose labels stopped changing is at a fixed point and
+    leaves the batch.
     """
-    if np.isnan(Z).any():  # NaN breaks the row compares; keep numpy's argmin rules
+    each = Z.ndim == 3
+    if not each and np.isnan(Z).any():  # NaN breaks the row compares: numpy's argmin rules
         return _lloyd_reference(Z, centers, n_iter)
-    zz = np.einsum("ij,ij->i", Z, Z)
+    zz = np.einsum("bij,bij->bi", Z, Z) if each else np.einsum("ij,ij->i", Z, Z)
     c = centers.shape[1]
     labels = _first_argmin(_sq_dist(Z, zz, centers).transpose(0, 2, 1))
     active = np.arange(labels.shape[0])
@@ -90,10 +97,11 @@ def lloyd(Z: np.ndarray, centers: np.ndarray, n_iter: int = 20) -> np.ndarray:
     for _ in range(n_iter):
         onehot = (labels[active][:, None, :] == ks).astype(Z.dtype)  # (R', c, n)
         counts = onehot.sum(axis=2)[..., None]
-        sums = onehot @ Z
+        Za, zza = (Z[active], zz[active]) if each else (Z, zz)
+        sums = onehot @ Za
         cen = np.where(counts > 0, sums / np.maximum(counts, 1.0), centers[active])
         centers[active] = cen
-        new = _first_argmin(_sq_dist(Z, zz, cen).transpose(0, 2, 1))
+        new = _first_argmin(_sq_dist(Za, zza, cen).transpose(0, 2, 1))
         moved = (new != labels[active]).any(axis=1)
         labels[active] = new
         active = active[moved]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedstrata.algorithms.init import _first_argmin
+from fedstrata.algorithms.init import _sq_dist, lloyd
 from fedstrata.algorithms.seeding import local_candidates
 
 __all__ = ["local_candidates_batch"]
@@ -48,7 +48,7 @@ def local_candidates_batch(
         Zo = Z[ok]
         idx = _kmeans_plusplus(Zo, n_clusters, [rngs[b] for b in ok.tolist()])
         centers = Zo[np.arange(ok.size)[:, None], idx]  # (B', c, D)
-        labels = _lloyd(Zo, centers)
+        labels = lloyd(Zo, centers, n_iter=_LLOYD_ITERS)
         onehot = (labels[..., None] == np.arange(n_clusters)).astype(np.float64)  # (B', n, c)
         counts = onehot.sum(axis=1)[..., None]
         per_view = []
@@ -75,14 +75,6 @@ def _standardized(views: Sequence[np.ndarray]) -> np.ndarray:
     return (Z - Z.mean(axis=1, keepdims=True)) / std
 
 
-def _sq_dist(Z: np.ndarray, zz: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Squared distances (B, n, c) between each client's rows Z (B, n, D) and C (B, c, D)."""
-    d = Z @ np.swapaxes(2.0 * C, -1, -2)
-    np.subtract(zz[:, :, None], d, out=d)
-    d += (C * C).sum(axis=-1)[:, None, :]
-    return np.maximum(d, 0.0, out=d)
-
-
 def _kmeans_plusplus(
     Z: np.ndarray, n_clusters: int, rngs: Sequence[np.random.Generator]
 ) -> np.ndarray:
@@ -102,25 +94,3 @@ def _kmeans_plusplus(
         d_new = _sq_dist(Z, zz, Z[rows, idx[:, k : k + 1]])[..., 0]
         np.minimum(closest, d_new, out=closest)
     return idx
-
-
-def _lloyd(Z: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """lloyd() with one restart per client: labels (B, n); ``centers`` (B, c, D) updated."""
-    zz = np.einsum("bij,bij->bi", Z, Z)
-    c = centers.shape[1]
-    labels = _first_argmin(_sq_dist(Z, zz, centers).transpose(0, 2, 1))
-    active = np.arange(labels.shape[0])
-    ks = np.arange(c)[:, None]
-    for _ in range(_LLOYD_ITERS):
-        onehot = (labels[active][:, None, :] == ks).astype(Z.dtype)  # (B', c, n)
-        counts = onehot.sum(axis=2)[..., None]
-        sums = onehot @ Z[active]
-        cen = np.where(counts > 0, sums / np.maximum(counts, 1.0), centers[active])
-        centers[active] = cen
-        new = _first_argmin(_sq_dist(Z[active], zz[active], cen).transpose(0, 2, 1))
-        moved = (new != labels[active]).any(axis=1)
-        labels[active] = new
-        active = active[moved]
-        if active.size == 0:
-            break
-    return labels

@@ -289,11 +289,14 @@ class ClientNode:
         self, payload: bytes | wire.Unpacked, body: dict[str, Any]
     ) -> tuple[dict[str, Any], float]:
         """The learner's partial under ``body`` (from the cohort's batch when there is one)."""
-        if self._cohort is None or (
-            type(payload) is not bytes and type(payload) is not wire.Unpacked
-        ):
-            return self.learner.update(body)
-        return self._cohort.update(self, payload, body)
+        cohort = self._cohort_for(payload)
+        return self.learner.update(body) if cohort is None else cohort.update(self, payload, body)
+
+    def _cohort_for(self, payload: bytes | wire.Unpacked) -> Cohort | None:
+        """The cohort, when there is one and ``payload`` (a model's) can key its batches."""
+        if self._cohort is None or type(payload) not in _COHORT_KEYS or not payload:
+            return None
+        return self._cohort
 
     def _answer(self, env: wire.Envelope, payload: bytes | wire.Unpacked) -> list[Effect]:
         """Answer a model (asked, with its configuration in place) that came as ``payload``."""
@@ -328,9 +331,8 @@ class ClientNode:
         def compute() -> tuple[dict[str, Any], float]:
             if request is not None:
                 return self.learner.setup(request)
-            if self._cohort is not None and type(payload) in _COHORT_KEYS and payload:
-                return self._cohort.setup(self, payload, env.body)
-            return self.learner.setup()
+            cohort = self._cohort_for(payload)
+            return self.learner.setup() if cohort is None else cohort.setup(self, payload, env.body)
 
         if layout is not None:
             return self._answer_secure(env, layout, compute)
@@ -390,10 +392,11 @@ class ClientNode:
     def _finish(
         self, round_: int, body: dict[str, Any], payload: bytes | wire.Unpacked = b""
     ) -> list[Effect]:
-        if self._cohort is not None and type(payload) in _COHORT_KEYS and payload:
-            result, flops = self._cohort.finish(self, payload, body)
-        else:
+        cohort = self._cohort_for(payload)
+        if cohort is None:
             result, flops = self.learner.finish(body)
+        else:
+            result, flops = cohort.finish(self, payload, body)
         self.state = ClientState.DONE
         self.result = result
         return [

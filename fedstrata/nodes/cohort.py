@@ -8,8 +8,9 @@ update_batch`, one vectorized call) and hands each member its own partial when i
 turn comes. Nothing observable changes: a member's partial is bit for bit the one its
 own :meth:`~fedstrata.nodes.algorithm.Learner.update` gives, its flops and its
 message are its own, and when it answers is decided by the simulation as before. The
-final model's labels are batched the same way (:meth:`Cohort.finish`,
-:meth:`~fedstrata.nodes.algorithm.Algorithm.finish_batch`).
+setup replies and the final model's labels are batched the same way
+(:meth:`Cohort.setup`, :meth:`Cohort.finish`; a batched setup reply changes its
+member's learner only when the member takes it).
 
 Members the plug-in does not batch, a member whose configuration changed since the
 batch, and a payload the cohort no longer remembers are computed on the member's own
@@ -57,7 +58,6 @@ class Cohort:
         self.algorithm = algorithm
         self.entries = entries
         self._members: dict[str, CohortMember] = {}
-        # payload -> (node id -> (learner, configuration, result), node ids computed)
         # (update, finish or setup, payload) -> its batch
         self._batches: dict[tuple[str, bytes | Unpacked], _Batch] = {}
         self._lock = threading.Lock()  # an in-process MQTT run's clients may share one

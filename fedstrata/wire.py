@@ -414,7 +414,6 @@ def _pairs_to_dict(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
 # (native byte order: on little-endian hosts the wire dtype itself).
 _SHAPE_STRUCTS: Final = tuple(struct.Struct(f"<{n}I") for n in range(MAX_NDIM + 1))
 _NATIVE: Final = {code: dt.newbyteorder("=") for code, dt in DTYPE_CODES.items()}
-_NATIVE_OF: Final = {dt: dt.newbyteorder("=") for dt in DTYPE_CODES.values()}
 
 
 def _ext_hook(code: int, data: bytes) -> np.ndarray[Any, Any]:

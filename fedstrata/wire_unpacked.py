@@ -21,7 +21,7 @@ from fedstrata.wire import (
     _HEADERS,
     _INT_MAX,
     _INT_MIN,
-    _NATIVE_OF,
+    _NATIVE,
     DEFAULT_MAX_SIZE,
     DTYPE_CODES,
     MAX_DEPTH,
@@ -157,7 +157,7 @@ def _unpacked_array(arr: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], in
             header, wire_dtype = data[: 2 + 4 * arr.ndim], DTYPE_CODES[data[0]]
         else:
             header, wire_dtype = known
-        native = _NATIVE_OF[wire_dtype]
+        native = _NATIVE[header[0]]  # the dtype decode gives for this dtype code
         n = len(header) + arr.size * wire_dtype.itemsize
         size = 2 + n if n in _FIXEXT else 3 + n if n < 0x100 else 4 + n if n < 0x10000 else 6 + n
         info = (size, native, arr.dtype == native)

@@ -23,10 +23,15 @@ BEST_OF_SEEDS = 10
 
 
 def _standardized(views: Sequence[np.ndarray]) -> np.ndarray:
-    Z = np.hstack(views)
-    std = Z.std(axis=0)
+    """The views side by side, each feature standardized over the samples (axis -2).
+
+    Views (n, d_h) give (n, D); stacked clients' views (B, n, d_h) give each client's
+    own standardization, (B, n, D).
+    """
+    Z = np.concatenate(list(views), axis=-1)
+    std = Z.std(axis=-2, keepdims=True)
     std[std == 0] = 1.0  # constant features: leave them, never divide by zero
-    return (Z - Z.mean(axis=0)) / std
+    return (Z - Z.mean(axis=-2, keepdims=True)) / std
 
 
 def _sq_dist(Z: np.ndarray, zz: np.ndarray, C: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedstrata.algorithms.init import _sq_dist, lloyd
+from fedstrata.algorithms.init import _sq_dist, _standardized, lloyd
 from fedstrata.algorithms.seeding import local_candidates
 
 __all__ = ["local_candidates_batch"]
@@ -66,13 +66,6 @@ def local_candidates_batch(
             out[b] = ([a[j][keep] for a in per_view], sizes[keep])
     assert all(o is not None for o in out)
     return out  # type: ignore[return-value]
-
-
-def _standardized(views: Sequence[np.ndarray]) -> np.ndarray:
-    Z = np.concatenate(list(views), axis=-1)
-    std = Z.std(axis=1, keepdims=True)
-    std[std == 0] = 1.0
-    return (Z - Z.mean(axis=1, keepdims=True)) / std
 
 
 def _kmeans_plusplus(
